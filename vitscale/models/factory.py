@@ -1,0 +1,63 @@
+"""``create_model``: a registry name -> an initialised ``nn.Module``."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from .names import HybridSpec, ResNetSpec, ViTSpec, check_resolution, parse
+from .resnet import ResNetTrunk, ResNetV2
+from .vit import VisionTransformer
+
+POOLS = ("token", "gap")
+
+
+def create_model(
+    name: str,
+    *,
+    num_classes: int,
+    image_size: int,
+    head: str = "pretrain",
+    pool: str | None = None,
+    dropout: float = 0.0,
+) -> nn.Module:
+    """Build the model a registry name describes (see :mod:`vitscale.models.names`).
+
+    ``pool`` is ``"token"`` (class token, the paper's ViT default) or ``"gap"`` (global
+    average pooling); ``None`` picks the family's paper default: token for ViT and
+    hybrids, gap for BiT, which has no other. ``dropout`` applies to ViT encoders (paper
+    Table 3: 0.1 on ImageNet and ImageNet-21k, 0 on JFT); BiT uses none.
+    """
+    spec = parse(name)
+    check_resolution(spec, image_size)
+    if pool is not None and pool not in POOLS:
+        raise ValueError(f"unknown pool {pool!r}; valid: {', '.join(map(repr, POOLS))}")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    if isinstance(spec, ResNetSpec):
+        if pool not in (None, "gap"):
+            raise ValueError(
+                f"{spec.name}: BiT ResNets pool by global average only; valid pool: 'gap'"
+            )
+        return ResNetV2(spec=spec, num_classes=num_classes, head=head)
+
+    vit: ViTSpec = spec.vit if isinstance(spec, HybridSpec) else spec
+    stem_kwargs = {}
+    if isinstance(spec, HybridSpec):
+        stem_kwargs = dict(
+            stem=ResNetTrunk(spec.resnet),
+            stem_channels=spec.resnet.out_channels,
+            stem_downsample=spec.resnet.downsample,
+        )
+    return VisionTransformer(
+        image_size=image_size,
+        patch_size=vit.patch,
+        width=vit.width,
+        depth=vit.depth,
+        mlp_dim=vit.mlp_dim,
+        heads=vit.heads,
+        num_classes=num_classes,
+        head=head,
+        pool=pool or "token",
+        dropout=dropout,
+        **stem_kwargs,
+    )
