@@ -20,12 +20,12 @@ test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check vitscale tests benchmarks
-	$(VENV)/bin/ruff format --check vitscale tests benchmarks
+	$(VENV)/bin/ruff check vitscale analysis tests benchmarks
+	$(VENV)/bin/ruff format --check vitscale analysis tests benchmarks
 
 format: $(STAMP)
-	$(VENV)/bin/ruff check --fix vitscale tests benchmarks
-	$(VENV)/bin/ruff format vitscale tests benchmarks
+	$(VENV)/bin/ruff check --fix vitscale analysis tests benchmarks
+	$(VENV)/bin/ruff format vitscale analysis tests benchmarks
 
 demo: $(STAMP)
 	$(VENV)/bin/vitscale flops --table6

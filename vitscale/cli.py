@@ -9,6 +9,8 @@ import json
 import sys
 from collections.abc import Callable
 
+from analysis import cli as analysis_cli
+
 Handler = Callable[[argparse.Namespace], int]
 _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Handler]] = {}
 
@@ -88,6 +90,104 @@ def _flops(args: argparse.Namespace) -> int:
     print(f"  forward FLOPs (dense)     {c.flops:>16,d}  ({c.flops / 1e9:.3f} G)")
     print(f"  train FLOPs / example     {c.train_flops_per_example:>16,d}  (3 x 2 x paper MACs)")
     return 0
+
+
+# --------------------------------------------------------------------------- train
+
+EXIT_FAILED = 1
+EXIT_PREEMPTED = 75  # EX_TEMPFAIL: checkpointed after SIGUSR1/SIGTERM; run again to resume
+
+
+def _configure_train(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="YAML (or config.json of a run folder) with model/data/train/... sections")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set train.steps=100 (repeatable)")
+    p.add_argument("--workdir", "-w", help="run folder (default: runs/adhoc/<cell id>)")
+    p.add_argument("--dry-run", action="store_true", help="validate and print the resolved config, then stop")
+
+
+@command("train", "pre-train one cell and evaluate its transfer (run folder contract)", _configure_train)
+def _train(args: argparse.Namespace) -> int:
+    from .config import ConfigError, cell_id, load_yaml, resolve
+
+    try:
+        cfg = resolve(load_yaml(args.config), overrides=args.overrides, source=args.config)
+    except ConfigError as e:
+        raise UserError(str(e)) from None
+    workdir = args.workdir or f"runs/{cfg.grid or 'adhoc'}/{cell_id(cfg)}"
+    if args.dry_run:
+        print(json.dumps(cfg.to_dict() | {"cell_id": cell_id(cfg), "workdir": workdir}, indent=2))
+        return 0
+    from .train import Preempted, train
+
+    try:
+        result = train(cfg, workdir)
+    except ConfigError as e:
+        raise UserError(str(e)) from None
+    except Preempted as e:
+        print(f"{e}; run the same command again to resume", file=sys.stderr)
+        return EXIT_PREEMPTED
+    print(f"{result['status']}: {workdir} ({result['steps']} steps, {result['wall_clock_s']:.0f} s)")
+    if result["status"] != "done":
+        print(f"error: {result['error']}", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
+# --------------------------------------------------------------------------- grid
+
+
+def _configure_grid(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="grid file, e.g. experiments/demo.yaml")
+    p.add_argument("--dry-run", action="store_true", help="print the cells, their cost and totals; run nothing")
+    p.add_argument("--json", action="store_true", help="with --dry-run: machine-readable output")
+    p.add_argument("--executor", choices=("local", "slurm"), default="local")
+    p.add_argument("--workers", type=int, default=1, help="local: cells run at once (default 1)")
+    p.add_argument("--processes", type=int, default=1, help="local: processes per cell, via torchrun (default 1)")
+    p.add_argument("--profile", help="cluster profile YAML (slurm/profiles/NAME.yaml); sizes and estimates")
+    p.add_argument("--runs", default="runs", help="root of the run folders (default: runs)")
+
+
+@command("grid", "expand a grid file into cells and run or submit the ones not done", _configure_grid)
+def _grid(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .grid import commands
+
+    try:
+        return commands.grid(
+            Path(args.file), runs_root=Path(args.runs), dry_run=args.dry_run, as_json=args.json,
+            executor=args.executor, workers=args.workers, processes=args.processes,
+            profile_path=args.profile,
+        )
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def _configure_status(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", help="run folders, grid folders or a runs/ directory")
+    p.add_argument("--shots", type=int, default=5, help="few-shot column: best k-shot accuracy (default 5)")
+    p.add_argument("--json", action="store_true")
+
+
+@command("status", "done / running / pending / failed per cell, last step, best few-shot", _configure_status)
+def _status(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .grid import commands
+
+    try:
+        return commands.status([Path(p) for p in args.runs], shots=args.shots, as_json=args.json)
+    except FileNotFoundError as e:
+        raise UserError(str(e)) from None
+
+
+# --------------------------------------------------------------------------- figures, fit
+
+command("figures", "draw Figs. 3/4/5 and Table 6 from runs (or --paper from the paper's tables)",
+        analysis_cli.configure_figures)(analysis_cli.run_figures)
+command("fit", "fit the saturating power law error = a (C + d)^-b + c to the frontier",
+        analysis_cli.configure_fit)(analysis_cli.run_fit)
 
 
 # --------------------------------------------------------------------------- main

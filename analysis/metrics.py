@@ -1,0 +1,176 @@
+"""Which columns of a cells frame are transfer metrics, their averages, and their labels.
+
+Metric columns follow :mod:`vitscale.results`: ``fewshot/<dataset>/<k>shot`` (best value
+during training), ``finetune/<dataset>/top1``, ``final:<metric>``. An average over several
+transfer metrics is a derived column: ``average-5`` when it is exactly Fig. 5's five
+fine-tuning datasets (PROTOCOL.md), else ``average(<metric>, ...)`` naming its parts, so
+two averages share a name only when they average the same things.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from vitscale.results import FINAL_PREFIX
+from vitscale.runfolder import finetune_key, parse_fewshot_key
+
+from .paper import AVERAGE_5, AVERAGE_5_DATASETS, DATASETS, dataset_name
+
+__all__ = [
+    "fewshot_metrics",
+    "finetune_metrics",
+    "transfer_metrics",
+    "average_name",
+    "add_average",
+    "average_parts",
+    "comparable",
+    "label",
+    "axis_label",
+    "short_label",
+    "metric_order",
+]
+
+_FINETUNE_PREFIX, _FINETUNE_SUFFIX = "finetune/", "/top1"
+_AVERAGE_PREFIX = "average("
+
+
+def _present(frame: pd.DataFrame, column: str) -> bool:
+    return column in frame.columns and bool(frame[column].notna().any())
+
+
+def _dataset(metric: str) -> str | None:
+    if parsed := parse_fewshot_key(metric):
+        return parsed[0]
+    if metric.startswith(_FINETUNE_PREFIX) and metric.endswith(_FINETUNE_SUFFIX):
+        return metric[len(_FINETUNE_PREFIX) : -len(_FINETUNE_SUFFIX)]
+    return None
+
+
+def metric_order(metric: str) -> tuple:
+    """Sort key: the paper's datasets in Table 6's order, then the rest by name."""
+    ds = _dataset(metric)
+    paper_order = list(DATASETS)
+    rank = paper_order.index(ds) if ds in paper_order else len(paper_order)
+    shots = parsed[1] if (parsed := parse_fewshot_key(metric)) else 0
+    return (rank, ds or metric, shots, metric)
+
+
+def fewshot_metrics(frame: pd.DataFrame, *, shots: int | None = None) -> list[str]:
+    """Best few-shot columns with any value, optionally only ``shots``-shot ones."""
+    out = []
+    for c in frame.columns:
+        parsed = parse_fewshot_key(c)
+        if parsed and (shots is None or parsed[1] == shots) and _present(frame, c):
+            out.append(c)
+    return sorted(out, key=metric_order)
+
+
+def finetune_metrics(frame: pd.DataFrame) -> list[str]:
+    """Fine-tuning accuracy columns with any value."""
+    return sorted(
+        (
+            c
+            for c in frame.columns
+            if c.startswith(_FINETUNE_PREFIX)
+            and c.endswith(_FINETUNE_SUFFIX)
+            and _present(frame, c)
+        ),
+        key=metric_order,
+    )
+
+
+def transfer_metrics(frame: pd.DataFrame, *, shots: int = 5) -> list[str]:
+    """The transfer metrics a compute plot shows: fine-tuning accuracy when any cell has it
+    (Table 6, Fig. 5), else ``shots``-shot linear accuracy (Fig. 4's measure)."""
+    return finetune_metrics(frame) or fewshot_metrics(frame, shots=shots)
+
+
+def average_name(metrics: Sequence[str]) -> str:
+    """``average-5`` for Fig. 5's five fine-tuning datasets, else ``average(a, b, ...)``."""
+    if sorted(metrics) == sorted(finetune_key(ds) for ds in AVERAGE_5_DATASETS):
+        return AVERAGE_5
+    return _AVERAGE_PREFIX + ", ".join(sorted(metrics)) + ")"
+
+
+def average_parts(name: str) -> list[str]:
+    """The metrics an average column averages (inverse of :func:`average_name`)."""
+    if name == AVERAGE_5:
+        return [finetune_key(ds) for ds in AVERAGE_5_DATASETS]
+    if name.startswith(_AVERAGE_PREFIX) and name.endswith(")"):
+        return [p.strip() for p in name[len(_AVERAGE_PREFIX) : -1].split(",")]
+    raise ValueError(f"{name!r} is not an average column ('average-5' or 'average(a, b, ...)')")
+
+
+def add_average(frame: pd.DataFrame, metrics: Sequence[str]) -> tuple[pd.DataFrame, str]:
+    """A copy of ``frame`` with the mean of ``metrics`` (rows missing any part get NaN)."""
+    if not metrics:
+        raise ValueError("add_average: no metrics to average")
+    missing = [m for m in metrics if m not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"add_average: unknown metric columns {missing}; metric columns have names like "
+            "'fewshot/<dataset>/<k>shot' or 'finetune/<dataset>/top1'"
+        )
+    name = average_name(metrics)
+    out = frame.copy()
+    out[name] = frame[list(metrics)].mean(axis=1, skipna=False)
+    return out, name
+
+
+def comparable(metric: str, reference: pd.DataFrame) -> bool:
+    """Whether ``reference`` (e.g. the paper's Table 6) measured the same thing: same column."""
+    return _present(reference, metric)
+
+
+def label(metric: str) -> str:
+    """Axis label with units for a metric column."""
+    if metric.startswith(FINAL_PREFIX):
+        return label(metric[len(FINAL_PREFIX) :]).replace(" (%)", ", final (%)")
+    if metric == AVERAGE_5:
+        return "Average-5 transfer accuracy (%)"
+    if metric.startswith(_AVERAGE_PREFIX):
+        n = metric.count(",") + 1
+        return f"Average accuracy over {n} transfer tasks (%)"
+    if parsed := parse_fewshot_key(metric):
+        ds, k = parsed
+        return f"{dataset_name(ds)} {k}-shot accuracy (%)"
+    if ds := _dataset(metric):
+        return f"{dataset_name(ds)} accuracy, fine-tuned (%)"
+    if metric == "upstream/top1":
+        return "Upstream top-1 accuracy (%)"
+    return metric
+
+
+def short_label(metric: str) -> str:
+    """A column header for tables: "ImageNet", "CIFAR-10 5-shot", "Average-5"."""
+    if metric == AVERAGE_5:
+        return "Average-5"
+    if metric.startswith(_AVERAGE_PREFIX):
+        return f"Average ({metric.count(',') + 1})"
+    if parsed := parse_fewshot_key(metric):
+        return f"{dataset_name(parsed[0])} {parsed[1]}-shot"
+    if ds := _dataset(metric):
+        return dataset_name(ds)
+    return metric
+
+
+# Units of the x axes the figures use.
+_AXES = {
+    "exaflops": "Pre-training compute (exaFLOPs)",
+    "compute/exaflops": "Pre-training compute (exaFLOPs)",
+    "num_examples": "Pre-training dataset size (images)",
+    "examples_seen": "Examples seen in pre-training (images)",
+    "params": "Parameters",
+    "epochs": "Pre-training epochs",
+    "step": "Training step",
+    "pretrain_dataset": "Pre-training dataset",
+    "wall_clock_s": "Wall-clock time (s)",
+    "device_hours": "Device-hours",
+}
+
+
+def axis_label(column: str) -> str:
+    """Axis label with units for any column: a metric or a run quantity."""
+    return _AXES.get(column) or label(column)

@@ -1,0 +1,202 @@
+"""One look for every figure: seaborn's "paper" context, a colour-blind-safe palette, one
+colour per family, one marker per model size, and legends outside the axes.
+
+Sizes are for a two-column paper: a one-panel figure is one column wide
+(:data:`SINGLE_COLUMN` inches) and stays readable there; multi-panel figures span the
+page (:data:`DOUBLE_COLUMN`). Matplotlib runs headless (Agg), so figures render on a
+server or in CI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+
+from vitscale.models.names import VIT_SIZES  # noqa: E402
+
+__all__ = [
+    "PALETTE",
+    "FAMILY_COLORS",
+    "FAMILY_LINESTYLES",
+    "FAMILIES",
+    "MARKERS",
+    "SINGLE_COLUMN",
+    "DOUBLE_COLUMN",
+    "FORMATS",
+    "paper_style",
+    "new_figure",
+    "size_key",
+    "size_markers",
+    "model_order",
+    "model_colors",
+    "legend_below",
+    "save",
+]
+
+# Okabe-Ito-like colour-blind palette (seaborn "colorblind").
+PALETTE: list[str] = sns.color_palette("colorblind").as_hex()
+FAMILIES = ("ViT", "ResNet", "Hybrid")  # paper order (Table 6)
+FAMILY_COLORS = dict(zip(FAMILIES, PALETTE[:3], strict=True))
+# Fig. 4: ViT solid, ResNet dashed; hybrids dash-dotted.
+FAMILY_LINESTYLES = {"ViT": "-", "ResNet": "--", "Hybrid": "-."}
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "p", "h", "<", ">", "d", "8", "H")
+FORMATS = ("png", "pdf")
+
+SINGLE_COLUMN = 3.4  # inches
+DOUBLE_COLUMN = 7.0
+PANEL_HEIGHT = 2.6
+PNG_DPI = 300
+
+_RC = {
+    **sns.axes_style("ticks"),
+    **sns.plotting_context("paper"),
+    "axes.grid": True,
+    "grid.alpha": 0.4,
+    "grid.linewidth": 0.5,
+    "axes.spines.right": False,
+    "axes.spines.top": False,
+    "legend.frameon": False,
+    "savefig.bbox": "tight",
+    "pdf.fonttype": 42,  # embed TrueType: text stays editable and searchable
+    "figure.constrained_layout.use": True,
+}
+
+
+@contextlib.contextmanager
+def paper_style() -> Iterator[None]:
+    """Apply the style for the figures made inside the block; global state is restored."""
+    with plt.rc_context(_RC):
+        yield
+
+
+def new_figure(
+    ncols: int = 1, nrows: int = 1, *, width: float | None = None, height: float | None = None
+) -> tuple[Figure, list]:
+    """A figure with ``nrows x ncols`` axes (flat list), one column wide for one panel."""
+    if width is None:
+        width = SINGLE_COLUMN if ncols == 1 else min(DOUBLE_COLUMN, 2.4 * ncols + 0.4)
+    if height is None:
+        height = PANEL_HEIGHT * nrows + 0.5
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, height), squeeze=False)
+    return fig, list(axes.flat)
+
+
+def size_key(size: str) -> tuple:
+    """Canonical order of model sizes: ViT sizes small to large, then ResNets by depth, width."""
+    if size in VIT_SIZES:
+        return (0, list(VIT_SIZES).index(size), 0.0)
+    if size.startswith("R") and "x" in size:
+        depth, width = size[1:].split("x", 1)
+        try:
+            return (1, int(depth), float(width))
+        except ValueError:
+            pass
+    return (2, 0, 0.0, size)
+
+
+def size_markers(sizes: Iterable[str]) -> dict[str, str]:
+    """One marker per size, assigned in canonical size order (cycled past 15 sizes)."""
+    ordered = sorted(set(sizes), key=size_key)
+    return {s: MARKERS[i % len(MARKERS)] for i, s in enumerate(ordered)}
+
+
+def model_order(models: Iterable[str], families: dict[str, str], sizes: dict[str, str]) -> list:
+    """Models in paper order: family, then size, then name (B/32 before B/16: larger patch
+    is the cheaper model)."""
+
+    def key(m: str) -> tuple:
+        fam = families.get(m)
+        return (
+            FAMILIES.index(fam) if fam in FAMILIES else len(FAMILIES),
+            size_key(str(sizes.get(m, ""))),
+            -_patch(m),
+            m,
+        )
+
+    return sorted(set(models), key=key)
+
+
+def _patch(model: str) -> int:
+    tail = model.rsplit("/", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+def model_colors(models: Sequence[str]) -> dict[str, str]:
+    """One palette colour per model in the given order (cycled past 10 models)."""
+    return {m: PALETTE[i % len(PALETTE)] for i, m in enumerate(models)}
+
+
+def legend_below(
+    fig: Figure,
+    handles: Sequence,
+    labels: Sequence[str],
+    *,
+    ncols: int | None = None,
+    title: str | None = None,
+) -> None:
+    """A figure legend below the axes, so it never covers data."""
+    if not handles:
+        return
+    # About 1.4 in per entry keeps the legend within the figure's width.
+    fit = max(2, int(fig.get_figwidth() // 1.4))
+    ncols = min(len(handles), fit if ncols is None else min(ncols, fit))
+    fig.legend(
+        handles, labels, loc="outside lower center", ncols=ncols, handlelength=2.2, title=title
+    )
+
+
+def marker_handle(marker: str, *, color: str = "0.3", filled: bool = True) -> Line2D:
+    """A legend proxy: a marker alone."""
+    return Line2D(
+        [],
+        [],
+        linestyle="none",
+        marker=marker,
+        color=color,
+        markerfacecolor=color if filled else "none",
+    )
+
+
+def line_handle(color: str, *, linestyle: str = "-", marker: str | None = None) -> Line2D:
+    """A legend proxy: a line, optionally with a marker."""
+    return Line2D([], [], color=color, linestyle=linestyle, marker=marker)
+
+
+def save(
+    fig: Figure,
+    out_dir: str | os.PathLike,
+    stem: str,
+    *,
+    formats: Sequence[str] = FORMATS,
+) -> list[Path]:
+    """Write ``out_dir/stem.<format>`` for each format (PNG at 300 dpi, vector PDF); closes
+    the figure and returns the paths."""
+    unknown = [f for f in formats if f not in ("png", "pdf", "svg")]
+    if unknown:
+        raise ValueError(f"unknown figure format(s) {unknown}; valid: png, pdf, svg")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    with paper_style():  # savefig reads its settings (bbox, fonttype) at save time
+        for fmt in formats:
+            path = out / f"{stem}.{fmt}"
+            fig.savefig(path, dpi=PNG_DPI if fmt == "png" else None)
+            paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def safe_stem(text: str) -> str:
+    """A file-name-safe version of a metric or dataset name."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text).strip("_")
