@@ -1,0 +1,79 @@
+"""The local SLURM cluster (`slurm/local-cluster.sh up`) runs batch jobs and accounts them.
+
+Accounting matters as much as scheduling: submitit follows its jobs through `sacct`, and a
+job that dies without writing a result is only seen as over once `sacct` reports it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+SCRIPT = Path(__file__).resolve().parents[1] / "slurm" / "local-cluster.sh"
+PARTITION = "debug"
+CLUSTER = "vitscale"
+
+
+def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> None:
+    """Bring the cluster up (fast when it already is); in CI a failure fails loudly."""
+    if os.geteuid() != 0 and not os.environ.get("CI"):
+        pytest.skip(f"{SCRIPT} up needs root (installs packages, starts daemons); CI is not set")
+    # From scratch `up` installs Debian packages: allow for a slow mirror.
+    done = _run(str(SCRIPT), "up", timeout=900)
+    if done.returncode != 0:
+        pytest.fail(
+            f"{SCRIPT} up failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr}",
+            pytrace=False,
+        )
+
+
+def _sacct_state(job_id: str, *, timeout_s: float = 20) -> str:
+    """The job's final `State|ExitCode` in sacct (slurmdbd may lag squeue by a second)."""
+    deadline = time.monotonic() + timeout_s
+    row = ""
+    while time.monotonic() < deadline:
+        query = _run(
+            "sacct",
+            "--jobs",
+            job_id,
+            "--allocations",
+            "--noheader",
+            "--parsable2",
+            "--format=State,ExitCode",
+        )
+        assert query.returncode == 0, f"sacct failed: {query.stderr}"
+        row = query.stdout.strip()
+        if row.split("|")[0] in {"COMPLETED", "FAILED"}:
+            return row
+        time.sleep(0.5)
+    raise AssertionError(f"sacct has no final state for job {job_id} after {timeout_s} s: {row!r}")
+
+
+@pytest.mark.parametrize(("exit_code", "state"), [(0, "COMPLETED"), (3, "FAILED")])
+def test_batch_job_runs_and_sacct_records_its_end(
+    cluster: None, tmp_path: Path, exit_code: int, state: str
+) -> None:
+    output = tmp_path / "job.out"
+    job = _run(
+        "sbatch",
+        "--parsable",
+        "--wait",
+        f"--output={output}",
+        "--wrap",
+        f"echo $SLURM_JOB_PARTITION $SLURM_CLUSTER_NAME; exit {exit_code}",
+    )
+    # --wait makes sbatch return when the job ends, with the job's exit code.
+    assert job.returncode == exit_code, job.stderr
+    assert output.read_text().split() == [PARTITION, CLUSTER]  # the default partition
+    assert _sacct_state(job.stdout.strip()) == f"{state}|{exit_code}:0"

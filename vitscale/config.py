@@ -1,0 +1,430 @@
+"""The run config: schema with defaults, paper recipes, validation, overrides, cell ids.
+
+A config is a nested dict (YAML on disk) with the sections below. Resolution order, each
+layer overriding the one before:
+
+    schema defaults  <-  paper recipe for (dataset, model)  <-  user file  <-  --set k=v
+
+The recipe (:mod:`vitscale.recipes`) fills only what the user left unset (``None``).
+The resolved config is validated in full before anything starts: unknown keys (with a
+did-you-mean), wrong types, and impossible combinations each give one clear message.
+Imports no torch.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "resolve",
+    "load_yaml",
+    "apply_overrides",
+    "set_key",
+    "cell_id",
+    "to_steps",
+]
+
+
+class ConfigError(ValueError):
+    """One or more problems with a config; ``problems`` lists each message."""
+
+    def __init__(self, problems: list[str], source: str | None = None) -> None:
+        self.problems = problems
+        where = f"{source}: " if source else ""
+        super().__init__("\n".join(where + p for p in problems))
+
+
+@dataclass
+class ModelConfig:
+    name: str = "ViT-Pico/4"
+    pool: str | None = None  # None: the family's default (token for ViT, gap for BiT)
+    dropout: float | None = None  # None: recipe (paper Table 3)
+
+
+@dataclass
+class DataConfig:
+    dataset: str = "synthetic"
+    root: str | None = None  # where real datasets live; unused by synthetic ones
+    download: bool = False  # torchvision sets only; nothing is downloaded otherwise
+    image_size: int = 32
+    subset: int | float | str | None = None  # 30000, 0.1 or "9M"; None: the whole split
+    class_balanced: bool = False
+    num_workers: int = 0
+
+
+@dataclass
+class TrainConfig:
+    # Duration: exactly one of steps, epochs (of the subset) or examples.
+    steps: int | None = None
+    epochs: float | None = None
+    examples: int | None = None
+    batch_size: int = 256  # global: the same whatever the number of processes
+    micro_batch_size: int | None = None  # per process; None: batch_size / processes
+    loss: str | None = None  # "softmax" | "sigmoid"; None: sigmoid for multi-label sets
+    label_smoothing: float = 0.0
+    grad_clip: float = 1.0  # global-norm clipping; 0: off
+    precision: str = "auto"  # "auto" | "bf16" | "fp32"
+    log_every: int = 10
+    checkpoint_every: int | None = 500  # also on SIGUSR1 / SIGTERM
+    eval_every: int | None = None  # None: evaluate only at the end
+
+
+@dataclass
+class OptimConfig:
+    name: str = "adamw"
+    lr: float | None = None  # None: recipe (paper Table 3 / Appendix B)
+    weight_decay: float | None = None  # decoupled, multiplied by lr (torch AdamW)
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    schedule: str | None = None  # "linear" | "cosine"
+    warmup_steps: int | None = None
+    end_lr: float = 1e-5
+
+
+@dataclass
+class FewShotConfig:
+    datasets: list[str] = field(default_factory=list)
+    shots: list[int] = field(default_factory=lambda: [1, 5, 10, 25])
+    seeds: int = 3
+    l2_reg: float = 1024.0
+    test_examples: int | None = None  # cap on test images per dataset; None: the test split
+
+
+@dataclass
+class UpstreamConfig:
+    examples: int | None = 2000  # held-out pre-training images for top-1; None/0: off
+
+
+@dataclass
+class FinetuneConfig:
+    datasets: list[str] = field(default_factory=list)
+    steps: int = 500
+    lrs: list[float] = field(default_factory=lambda: [0.001, 0.003, 0.01, 0.03])
+    batch_size: int = 512
+    image_size: int | None = None  # None: the pre-training resolution
+    val_fraction: float | None = None  # None: the dataset's default held-out slice
+    test_examples: int | None = None
+
+
+@dataclass
+class EvalConfig:
+    fewshot: FewShotConfig = field(default_factory=FewShotConfig)
+    upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    batch_size: int = 256  # feature extraction
+
+
+@dataclass
+class WandbConfig:
+    mode: str = "auto"  # "auto" (online with an API key, else offline) | "online" | "offline" | "disabled"
+    project: str = "vitscale"
+    entity: str | None = None
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Config:
+    seed: int = 0
+    grid: str | None = None  # set by the grid runner
+    recipe: str | None = None  # paper recipe (vitscale.recipes); None: chosen by data.dataset
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+CHOICES = {
+    "train.loss": ("softmax", "sigmoid"),
+    "recipe": ("jft", "imagenet21k", "imagenet", "synthetic", "transfer"),
+    "train.precision": ("auto", "bf16", "fp32"),
+    "optim.name": ("adamw",),
+    "optim.schedule": ("linear", "cosine"),
+    "wandb.mode": ("auto", "online", "offline", "disabled"),
+    "model.pool": ("token", "gap"),
+}
+
+# Keys that change how a run is operated, not what it computes: left out of the cell id
+# so that moving a dataset or turning W&B off does not orphan finished cells.
+OPERATIONAL_KEYS = (
+    "grid",
+    "data.root",
+    "data.num_workers",
+    "data.download",
+    "train.micro_batch_size",
+    "train.log_every",
+    "train.checkpoint_every",
+    "eval.batch_size",
+    "wandb",
+)
+
+
+# Keys the trainer adds to config.json once it knows them; a resolved config read back
+# (``vitscale train runs/g/id/config.json``) drops them before validation.
+DERIVED_KEYS = ("cell_id", "data.num_examples", "data.num_classes", "train.total_steps")
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def to_steps(*, steps: int | None, epochs: float | None, examples: int | float | None, batch_size: int,
+             num_examples: int | None) -> int:
+    """The one conversion of a training duration into optimiser steps.
+
+    Given once as ``steps``, ``epochs`` of the pre-training subset, or ``examples`` seen;
+    epochs and examples round up to whole global batches.
+    """
+    given = {k: v for k, v in dict(steps=steps, epochs=epochs, examples=examples).items() if v is not None}
+    if len(given) != 1:
+        raise ValueError(
+            "give the training duration exactly once as train.steps, train.epochs or "
+            f"train.examples; got {', '.join(given) or 'none'}"
+        )
+    if steps is not None:
+        return int(steps)
+    if epochs is not None:
+        if num_examples is None:
+            raise ValueError("train.epochs needs a dataset of known size; give train.steps or train.examples")
+        examples = epochs * num_examples
+    return max(1, -(-int(round(examples)) // batch_size))
+
+
+def _deep_merge(base: dict, update: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def load_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError([f"config file not found: {path}"])
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError([f"not valid YAML: {e}"], source=str(path)) from None
+    if not isinstance(data, dict):
+        raise ConfigError(["the top level must be a mapping of sections (model, data, train, ...)"], str(path))
+    return data
+
+
+def set_key(config: dict, dotted: str, value: Any) -> None:
+    """Set ``config["a"]["b"] = value`` for ``dotted = "a.b"``, creating sections."""
+    node = config
+    *parents, leaf = dotted.strip().split(".")
+    for p in parents:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError([f"{dotted}: {p!r} is not a section"])
+    node[leaf] = copy.deepcopy(value)
+
+
+def _pop_key(config: dict, dotted: str) -> None:
+    *parents, leaf = dotted.split(".")
+    node = config
+    for p in parents:
+        node = node.get(p) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node.pop(leaf, None)
+
+
+def apply_overrides(config: dict, overrides: list[str]) -> dict:
+    """``["train.steps=100", "optim.lr=3e-4"]`` -> config with those keys set (values as YAML)."""
+    config = copy.deepcopy(config)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError([f"--set expects key=value (e.g. train.steps=100), got {item!r}"])
+        set_key(config, key, yaml.safe_load(raw))
+    return config
+
+
+def _schema(cls) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _type_ok(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin is list:
+        (inner,) = typing.get_args(hint)
+        return isinstance(value, list) and all(_type_ok(v, inner) for v in value)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _type_name(hint: Any) -> str:
+    return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
+
+
+def _build(cls, data: dict, prefix: str, problems: list[str]):
+    hints = _schema(cls)
+    kwargs = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if key not in hints:
+            close = difflib.get_close_matches(key, list(hints), n=1)
+            hint = f"; did you mean {prefix}{close[0]}?" if close else f"; valid keys: {', '.join(hints)}"
+            problems.append(f"unknown key {path!r}{hint}")
+            continue
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, dict):
+                problems.append(f"{path} must be a section (mapping), got {value!r}")
+                continue
+            kwargs[key] = _build(hint, value, f"{path}.", problems)
+        elif not _type_ok(value, hint):
+            problems.append(f"{path}: expected {_type_name(hint)}, got {value!r}")
+        else:
+            kwargs[key] = float(value) if hint is float and isinstance(value, int) else value
+    return cls(**kwargs)
+
+
+def _get(d: dict, dotted: str) -> Any:
+    for part in dotted.split("."):
+        d = d[part]
+    return d
+
+
+def _check(cfg: Config, problems: list[str]) -> None:
+    from .data.subsets import parse_subset
+    from .models.names import check_resolution, parse
+
+    d = cfg.to_dict()
+    for key, valid in CHOICES.items():
+        value = _get(d, key)
+        if value is not None and value not in valid:
+            problems.append(f"{key}: unknown value {value!r}; valid: {', '.join(map(repr, valid))}")
+    try:
+        spec = parse(cfg.model.name)
+        check_resolution(spec, cfg.data.image_size)
+        if spec.family == "ResNet" and cfg.model.pool == "token":
+            problems.append("model.pool: BiT ResNets pool by global average only; valid: 'gap'")
+    except ValueError as e:
+        problems.append(f"model.name: {e}")
+    t = cfg.train
+    durations = [k for k in ("steps", "epochs", "examples") if getattr(t, k) is not None]
+    if len(durations) != 1:
+        problems.append(
+            "train: give the duration exactly once as train.steps, train.epochs or train.examples"
+            f" (got {', '.join(durations) or 'none'})"
+        )
+    for key in ("steps", "epochs", "examples", "batch_size", "micro_batch_size", "log_every",
+                "checkpoint_every", "eval_every"):
+        value = getattr(t, key)
+        if value is not None and value <= 0:
+            problems.append(f"train.{key} must be positive, got {value}")
+    if t.micro_batch_size and t.batch_size % t.micro_batch_size:
+        problems.append(f"train.micro_batch_size {t.micro_batch_size} must divide train.batch_size {t.batch_size}")
+    if t.grad_clip < 0:
+        problems.append(f"train.grad_clip must be non-negative (0 turns clipping off), got {t.grad_clip}")
+    if not 0 <= t.label_smoothing < 1:
+        problems.append(f"train.label_smoothing must be in [0, 1), got {t.label_smoothing}")
+    if cfg.model.dropout is not None and not 0 <= cfg.model.dropout < 1:
+        problems.append(f"model.dropout must be in [0, 1), got {cfg.model.dropout}")
+    if cfg.data.image_size < 8:
+        problems.append(f"data.image_size must be at least 8, got {cfg.data.image_size}")
+    try:
+        parse_subset(cfg.data.subset)
+    except ValueError as e:
+        problems.append(f"data.{e}")
+    o = cfg.optim
+    if len(o.betas) != 2 or not all(0 <= b < 1 for b in o.betas):
+        problems.append(f"optim.betas must be two numbers in [0, 1), got {o.betas}")
+    for key in ("lr", "weight_decay", "warmup_steps"):
+        value = getattr(o, key)
+        if value is not None and value < 0:
+            problems.append(f"optim.{key} must be non-negative, got {value}")
+    fs = cfg.eval.fewshot
+    if any(k <= 0 for k in fs.shots):
+        problems.append(f"eval.fewshot.shots must be positive, got {fs.shots}")
+    if fs.seeds <= 0:
+        problems.append(f"eval.fewshot.seeds must be positive, got {fs.seeds}")
+    ft = cfg.eval.finetune
+    if ft.datasets and not ft.lrs:
+        problems.append("eval.finetune.lrs: give at least one learning rate")
+    if ft.image_size is not None:
+        try:
+            check_resolution(parse(cfg.model.name), ft.image_size)
+        except ValueError as e:
+            problems.append(f"eval.finetune.image_size: {e}")
+
+
+def resolve(config: dict | Config | None = None, *, overrides: list[str] = (), source: str | None = None,
+            num_processes: int | None = None) -> Config:
+    """Defaults <- recipe <- ``config`` <- ``overrides``, validated; raises ConfigError.
+
+    ``num_processes`` adds the checks that depend on the launch (the global batch must
+    split evenly over the processes).
+    """
+    from .recipes import recipe
+
+    if isinstance(config, Config):
+        config = config.to_dict()
+    user = apply_overrides(config or {}, list(overrides))
+    for key in DERIVED_KEYS:
+        _pop_key(user, key)
+    problems: list[str] = []
+    partial = _build(Config, user, "", problems)  # structure and types; bad keys dropped
+    try:
+        defaults = recipe(partial.model.name, partial.data.dataset, partial.recipe)
+    except ValueError as e:
+        problems.append(str(e))
+        defaults = {}
+    merged = _deep_merge(Config().to_dict(), _deep_merge(defaults, _strip_none(user)))
+    cfg = _build(Config, merged, "", [])  # its problems are the ones reported above
+    _check(cfg, problems)
+    if num_processes and not problems:
+        micro = cfg.train.micro_batch_size or cfg.train.batch_size // num_processes
+        if cfg.train.batch_size % num_processes or (cfg.train.batch_size // num_processes) % micro:
+            problems.append(
+                f"train.batch_size {cfg.train.batch_size} must split evenly over {num_processes} processes"
+                + (f" and micro-batches of {micro}" if cfg.train.micro_batch_size else "")
+            )
+    if problems:
+        raise ConfigError(problems, source)
+    return cfg
+
+
+def _strip_none(d: dict) -> dict:
+    """Drop unset (None) leaves so they do not hide the recipe's values."""
+    return {k: _strip_none(v) if isinstance(v, dict) else v for k, v in d.items() if v is not None}
+
+
+def cell_id(config: Config | dict, length: int = 10) -> str:
+    """Short stable hash of everything that determines a run's results.
+
+    Key order does not matter (canonical JSON); operational keys (OPERATIONAL_KEYS) are
+    left out.
+    """
+    d = config.to_dict() if isinstance(config, Config) else copy.deepcopy(config)
+    for key in (*OPERATIONAL_KEYS, *DERIVED_KEYS):
+        _pop_key(d, key)
+    blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:length]

@@ -1,0 +1,201 @@
+"""``build_dataset`` and ``build_fewshot``: a dataset name and a split -> a torch ``Dataset``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from .registry import SOURCES, SPLITS, DatasetNotFoundError, default_root, parse_name
+from .sources import check_layout, load_source
+from .subsets import SeededPermutation, SubsetSpec, fewshot_indices, holdout_split, subset_size
+from .subsets import balanced_order as _balanced_order
+from .synthetic import SyntheticImages
+from .transforms import eval_transform, train_transform
+from .views import IndexedView
+from .vocabulary import TASKS
+
+__all__ = [
+    "build_dataset",
+    "build_fewshot",
+    "finetune_splits",
+    "known_size",
+    "check_available",
+    "all_targets",
+]
+
+
+def _split(name: str, split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"{name}: unknown split {split!r}; valid: {', '.join(SPLITS)}")
+
+
+def _base(
+    name: str,
+    split: str,
+    *,
+    root: str | Path | None,
+    image_size: int,
+    augment: bool | None,
+    download: bool,
+    val_fraction: float | None = None,
+) -> Dataset:
+    """The whole ``split``, before any subset. ``val_fraction`` overrides the source's
+    held-out fraction (real sources; the synthetic tasks have a separate val stream)."""
+    _split(name, split)
+    source, path = parse_name(name)
+    if source in TASKS:
+        if augment:
+            raise ValueError(
+                f"{name}: the synthetic set draws its own nuisances (position, scale, colour, "
+                "clutter) and takes no augmentation; leave augment unset"
+            )
+        # Synthetic tasks have a separate val stream, so minitrain is all of train.
+        return SyntheticImages(
+            source, split="train" if split == "minitrain" else split, image_size=image_size
+        )
+    if augment is None:
+        augment = split in ("train", "minitrain")
+    transform = train_transform(image_size) if augment else eval_transform(image_size)
+    where = path if path is not None else Path(root).expanduser() if root else default_root(source)
+    official = "test" if split == "test" else "train"
+    ds = load_source(name, source, official, root=where, transform=transform, download=download)
+    if split in ("train", "test"):
+        return ds
+    minitrain, val = holdout_split(len(ds), val_fraction or SOURCES[source].val_fraction)
+    return IndexedView(ds, minitrain if split == "minitrain" else val)
+
+
+def build_dataset(
+    name: str,
+    split: str,
+    *,
+    root: str | Path | None = None,
+    image_size: int,
+    subset: SubsetSpec = None,
+    seed: int = 0,
+    class_balanced: bool = False,
+    augment: bool | None = None,
+    download: bool = False,
+) -> Dataset:
+    """One split of a dataset as a torch ``Dataset`` of (image, target).
+
+    Images are float32 ``(3, image_size, image_size)`` in [-1, 1]; targets are int64 class
+    indices, or float multi-hot vectors when ``dataset.multilabel``. The dataset also has
+    ``name``, ``classes``, ``num_classes``, ``multilabel`` and ``targets_of(indices)``.
+
+    Args:
+        name: a registry name (:func:`vitscale.data.registry.dataset_names`), e.g.
+            ``"synthetic"``, ``"synthetic-glyphs"``, ``"cifar10"``, ``"imagefolder:/data/x"``.
+        split: ``"train"``, ``"minitrain"``, ``"val"`` or ``"test"`` (see the registry).
+        root: where a torchvision set or ImageNet lives (default ``$VITSCALE_DATA``
+            or ``./data``); folder sources carry their path in the name.
+        image_size: output resolution, any size (synthetic: 32 to 224).
+        subset: a count, fraction or paper-style size (``"9M"``) of the split: a prefix of
+            ``SeededPermutation(len(split), seed)``, so smaller subsets nest in larger ones
+            (paper Fig. 4). ``None``: the whole split.
+        class_balanced: order the subset class-balanced (needs per-example labels, so real
+            sources only; the synthetic classes are balanced by construction).
+        augment: training augmentation (Inception crop + flip) instead of the evaluation
+            resize + centre crop; default: on for train and minitrain of real sources.
+        download: let torchvision fetch CIFAR, Pets or Flowers into ``root``.
+    """
+    ds = _base(name, split, root=root, image_size=image_size, augment=augment, download=download)
+    if subset is None:
+        return ds
+    n = len(ds)
+    m = subset_size(n, subset)
+    if class_balanced:
+        if isinstance(ds, SyntheticImages):
+            raise ValueError(
+                f"{name}: balanced subsets need stored labels; the synthetic classes cycle "
+                "with the index, so plain subsets are already balanced to within sampling noise"
+            )
+        return IndexedView(ds, _balanced_order(all_targets(ds), seed=seed)[:m])
+    return IndexedView(ds, SeededPermutation(n, seed), length=m)
+
+
+def build_fewshot(
+    name: str,
+    *,
+    shots: int,
+    seed: int = 0,
+    root: str | Path | None = None,
+    image_size: int,
+    download: bool = False,
+) -> Dataset:
+    """``shots`` train images per class, preprocessed for evaluation (paper Sec. 4.1).
+
+    The paper's linear few-shot protocol samples k images per class of the train split
+    (images resized and centre-cropped, no augmentation) and repeats over seeds; a larger
+    k with the same seed contains the smaller one. Score on ``build_dataset(name, "test")``.
+    """
+    train = _base(
+        name, "train", root=root, image_size=image_size, augment=False, download=download
+    )
+    return IndexedView(train, fewshot_indices(all_targets(train), shots, seed=seed))
+
+
+def finetune_splits(
+    name: str,
+    *,
+    val_fraction: float | None = None,
+    root: str | Path | None = None,
+    image_size: int,
+    download: bool = False,
+    seed: int = 0,
+) -> tuple[Dataset, Dataset]:
+    """``(minitrain, val)``: where fine-tuning learning rates are chosen (paper App. B.1.1).
+
+    ``val`` is a fixed held-out slice of train (the source's default fraction unless
+    ``val_fraction`` is given); ``minitrain`` is the rest. ``seed`` is accepted for a
+    uniform signature: the slice never depends on it, so every run holds out the same
+    images.
+    """
+    del seed
+    kw = dict(root=root, image_size=image_size, download=download, val_fraction=val_fraction)
+    return (
+        _base(name, "minitrain", augment=None, **kw),
+        _base(name, "val", augment=False, **kw),
+    )
+
+
+def known_size(name: str, *, root: str | Path | None = None) -> int | None:
+    """Size of the train split when known without reading the data (synthetic tasks and
+    the registry's official sizes); ``None`` for folder sources."""
+    source, _ = parse_name(name)
+    if source in TASKS:
+        return TASKS[source].split_size("train")
+    return SOURCES[source].size("train")
+
+
+def check_available(
+    name: str, *, root: str | Path | None = None, subset: SubsetSpec = None, download: bool = False
+) -> list[str]:
+    """Problems that would stop a run on ``name`` before it starts, one message each:
+    an unknown name, a dataset missing from ``root``, a subset larger than the split.
+    Opens no image, so it is cheap enough to call for every cell of a grid."""
+    try:
+        source, path = parse_name(name)
+    except ValueError as e:
+        return [str(e)]
+    problems = []
+    if source not in TASKS and not download:
+        where = path if path is not None else Path(root).expanduser() if root else default_root(source)
+        try:
+            check_layout(name, source, where)
+        except DatasetNotFoundError as e:
+            problems.append(str(e))
+    size = known_size(name, root=root)
+    if size is not None and subset is not None:
+        try:
+            subset_size(size, subset)
+        except ValueError as e:
+            problems.append(f"{name}: {e}")
+    return problems
+
+
+def all_targets(ds: Dataset) -> np.ndarray:
+    """Every example's (primary) class, without decoding images."""
+    return ds.targets_of(np.arange(len(ds)))

@@ -1,0 +1,192 @@
+"""Dataset names -> what each source is: classes, splits, held-out fraction, where it lives.
+
+One table for every fact about a source, torch-free, so the CLI's ``data list``, grid
+validation and error messages read the same numbers the loaders use.
+
+Names:
+
+- ``synthetic`` (upstream) and ``synthetic-<task>`` (transfer): the embedded procedural
+  family (:mod:`vitscale.data.vocabulary`); nothing on disk.
+- ``cifar10``, ``cifar100``, ``pets``, ``flowers102``: torchvision's loaders on their
+  standard on-disk layouts under ``root``.
+- ``imagenet``: ILSVRC-2012 in folder layout, ``root/train/<wnid>/*.JPEG`` and
+  ``root/val/<wnid>/*.JPEG``; the paper reports ImageNet on the official validation set,
+  which is this source's ``test`` split.
+- ``imagefolder:/path``: any ImageFolder tree, ``/path/train/<class>/*`` and
+  ``/path/test/<class>/*`` (or ``/path/val/<class>/*`` when there is no ``test``).
+- ``multilabel:/path``: the same tree plus ``/path/labels.tsv`` giving every image's
+  further labels: the JFT / ImageNet-21k shape, multi-hot targets for the sigmoid loss.
+
+Splits, for every source:
+
+- ``train``: the whole train split (pre-training, few-shot samples, the final fine-tune);
+- ``val``: a fixed held-out slice of train for choosing fine-tuning learning rates (paper
+  App. B.1.1: 2% CIFAR, 10% Pets/Flowers, 1% ImageNet); the synthetic tasks have a
+  separate val stream instead;
+- ``minitrain``: train without the val slice (fine-tune here, score on val);
+- ``test``: the official test split, for final scores only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .vocabulary import TASKS
+
+__all__ = [
+    "SPLITS",
+    "SourceInfo",
+    "SOURCES",
+    "FOLDER_KINDS",
+    "DatasetNotFoundError",
+    "DatasetFormatError",
+    "dataset_names",
+    "parse_name",
+    "default_root",
+]
+
+SPLITS = ("train", "minitrain", "val", "test")
+FOLDER_KINDS = ("imagefolder", "multilabel")
+LABEL_FILE = "labels.tsv"
+ROOT_ENV = "VITSCALE_DATA"
+
+
+class DatasetNotFoundError(ValueError):
+    """A dataset is not where the config says: names the path, what belongs there, and how
+    to get it."""
+
+
+class DatasetFormatError(ValueError):
+    """A dataset is there but a file in it is not in the expected format."""
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """A dataset the paper evaluates on (or its stand-in), as the loaders see it."""
+
+    name: str
+    title: str
+    num_classes: int | None
+    sizes: tuple[tuple[str, int], ...]  # official split sizes; () when read from disk
+    val_fraction: float
+    expected: str  # what must be under root
+    how_to_get: str
+    downloadable: bool = False
+
+    def size(self, split: str) -> int | None:
+        return dict(self.sizes).get(split)
+
+
+_TORCHVISION = "set `download: true` (data.download in the config) to fetch it with torchvision"
+
+SOURCES: dict[str, SourceInfo] = {
+    s.name: s
+    for s in (
+        SourceInfo(
+            name="cifar10",
+            title="CIFAR-10",
+            num_classes=10,
+            sizes=(("train", 50_000), ("test", 10_000)),
+            val_fraction=0.02,
+            expected="cifar-10-batches-py/ with data_batch_1..5, test_batch, batches.meta "
+            "(the python pickled batches)",
+            how_to_get=_TORCHVISION,
+            downloadable=True,
+        ),
+        SourceInfo(
+            name="cifar100",
+            title="CIFAR-100",
+            num_classes=100,
+            sizes=(("train", 50_000), ("test", 10_000)),
+            val_fraction=0.02,
+            expected="cifar-100-python/ with train, test, meta (the python pickled batches)",
+            how_to_get=_TORCHVISION,
+            downloadable=True,
+        ),
+        SourceInfo(
+            name="pets",
+            title="Oxford-IIIT Pets",
+            num_classes=37,
+            sizes=(("train", 3_680), ("test", 3_669)),
+            val_fraction=0.1,
+            expected="oxford-iiit-pet/images/*.jpg and oxford-iiit-pet/annotations/"
+            "{trainval,test}.txt",
+            how_to_get=_TORCHVISION,
+            downloadable=True,
+        ),
+        SourceInfo(
+            name="flowers102",
+            title="Oxford Flowers-102",
+            num_classes=102,
+            sizes=(("train", 1_020), ("test", 6_149)),
+            val_fraction=0.1,
+            expected="flowers-102/jpg/image_*.jpg, flowers-102/imagelabels.mat and "
+            "flowers-102/setid.mat",
+            how_to_get=_TORCHVISION,
+            downloadable=True,
+        ),
+        SourceInfo(
+            name="imagenet",
+            title="ImageNet (ILSVRC-2012)",
+            num_classes=1000,
+            sizes=(("train", 1_281_167), ("test", 50_000)),
+            val_fraction=0.01,
+            expected="train/<wnid>/*.JPEG and val/<wnid>/*.JPEG (ILSVRC-2012 in folder layout, "
+            "the same class folders in both)",
+            how_to_get="download ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar from "
+            "image-net.org, untar train per class, and sort val into class folders "
+            "(e.g. with the widely used valprep.sh)",
+        ),
+        SourceInfo(
+            name="imagefolder",
+            title="ImageFolder tree",
+            num_classes=None,
+            sizes=(),
+            val_fraction=0.1,
+            expected="train/<class>/<image> and test/<class>/<image> (or val/ for test)",
+            how_to_get="arrange the images in one folder per class",
+        ),
+        SourceInfo(
+            name="multilabel",
+            title="multi-label ImageFolder tree",
+            num_classes=None,
+            sizes=(),
+            val_fraction=0.1,
+            expected=f"train/<class>/<image>, test/<class>/<image> (or val/) and {LABEL_FILE} "
+            "with lines '<split>/<class>/<image><TAB><label>,<label>,...' listing each image's "
+            "further labels (class folder names)",
+            how_to_get="export the images one folder per primary label and write the other "
+            f"labels to {LABEL_FILE}",
+        ),
+    )
+}
+
+
+def dataset_names() -> list[str]:
+    """Every valid name (folder sources with their ``:/path`` placeholder)."""
+    synthetic = list(TASKS)
+    real = [n for n in SOURCES if n not in FOLDER_KINDS]
+    return synthetic + real + [f"{k}:/path" for k in FOLDER_KINDS]
+
+
+def parse_name(name: str) -> tuple[str, Path | None]:
+    """``(source, path)``: the registry key and, for folder sources, the folder."""
+    if not isinstance(name, str):
+        raise ValueError(f"dataset name must be a string, got {name!r}")
+    kind, sep, path = name.partition(":")
+    if sep and kind in FOLDER_KINDS:
+        if not path:
+            raise ValueError(f"dataset {name!r}: give the folder, e.g. '{kind}:/data/my_set'")
+        return kind, Path(path).expanduser()
+    if name in TASKS or (name in SOURCES and name not in FOLDER_KINDS):
+        return name, None
+    raise ValueError(f"unknown dataset {name!r}; valid: {', '.join(dataset_names())}")
+
+
+def default_root(source: str) -> Path:
+    """Where a torchvision set or ImageNet lives when the config gives no ``root``:
+    ``$VITSCALE_DATA`` (or ``./data``), plus ``imagenet/`` for ImageNet."""
+    base = Path(os.environ.get(ROOT_ENV, "data")).expanduser()
+    return base / "imagenet" if source == "imagenet" else base

@@ -1,0 +1,402 @@
+"""Batched torch renderer of the synthetic family, and its ``Dataset``.
+
+An image is a pure function of (task, split, index, resolution): the per-example
+parameters come from the counter-based hash in :mod:`vitscale.data._hash`, the pixels from
+element-wise torch arithmetic on them. Nothing is stored, so the upstream train split can
+have 10^9 examples, and a whole batch is one vectorised computation (``__getitems__``),
+which keeps generation far ahead of what the demo models consume (measured in
+``benchmarks/data_throughput.py``).
+
+Scene, in drawing order (all geometry in image-relative units, so any resolution renders
+the same scene; edges are anti-aliased over one pixel):
+
+1. background: a two-colour linear gradient plus 6x6 value noise (blotchy clutter);
+2. distractor strokes: up to six line segments of random length, width and colour, some
+   behind the object and some over it (occluding), some in the object's colour;
+3. the object that carries the label: one glyph (``kind="glyph"``), two glyphs side by side
+   (``"pair"``), or a square/disc patch filled with a periodic texture (``"texture"``), at
+   a random position, scale and aspect, in a colour of the opposite brightness to the
+   background (dark-on-light or light-on-dark, per image).
+
+Only the object's shape or pattern is informative; where it is, how large, and its colours
+are nuisances. That is exactly the structure a convolution's locality and translation
+equivariance encode and a ViT has to learn from data (paper Sec. 3.1, "Inductive bias").
+
+Bit-exactness: only +, -, *, /, sqrt, floor, min/max/clamp, abs and gathers are used, all
+correctly rounded in torch's vectorised and scalar CPU paths, so an image does not depend
+on the batch it was rendered in, nor on the number of threads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from einops import rearrange, repeat
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from ._hash import derive_key, uniform
+from .batch import Batch
+from .vocabulary import GLYPH_GRID, TASKS, TEXTURES, WORLD_SEED, SyntheticTask, glyph_bank
+
+__all__ = ["SyntheticImages", "render", "MIN_SIZE", "MAX_SIZE"]
+
+MIN_SIZE, MAX_SIZE = 32, 224
+_SPLIT_STREAM = {"train": 0, "val": 1, "test": 2}
+# Render in chunks of about this many pixels: large enough to amortise per-op overhead,
+# small enough to stay in cache. Results do not depend on it.
+_CHUNK_PIXELS = 256 * 32 * 32
+
+# Brightness ranges: background from one, object from the other (contrast >= 0.2 per channel).
+_DARK = (0.0, 0.4)
+_LIGHT = (0.6, 1.0)
+_NOISE_GRID, _NOISE_AMPLITUDE = 6, 0.3
+_STROKES, _STROKE_P, _STROKE_FRONT_P = 6, 0.5, 0.35
+_STROKE_HALF_WIDTH = (0.008, 0.02)  # fraction of the image side
+_GLYPH_SCALE = (0.38, 0.62)  # glyph side, fraction of the image side
+_PAIR_SCALE = (0.3, 0.42)
+_ASPECT = 0.15  # each side independently scaled by 1 +- this
+_PATCH_RADIUS = (0.25, 0.4)
+_PERIOD = (0.1, 0.16)  # texture period, fraction of the image side
+
+
+class _Fields:
+    """Names for the columns of the per-example uniform draws (one layout for all tasks)."""
+
+    def __init__(self) -> None:
+        self.size = 0
+
+    def take(self, n: int) -> slice:
+        s = slice(self.size, self.size + n)
+        self.size += n
+        return s
+
+
+_F = _Fields()
+POLARITY = _F.take(1)
+BG_COLOURS = _F.take(6)
+GRADIENT = _F.take(2)
+NOISE = _F.take(3 * _NOISE_GRID * _NOISE_GRID)
+STROKES = _F.take(7 * _STROKES)  # active, front, ax, ay, bx, by, half width
+STROKE_COLOURS = _F.take(8)  # per layer (behind, over): object brightness?, rgb
+OBJECT = _F.take(18)
+NUM_FIELDS = _F.size
+
+
+def _range(u: np.ndarray, lo_hi: tuple[float, float]) -> np.ndarray:
+    return lo_hi[0] + u * (lo_hi[1] - lo_hi[0])
+
+
+def _t(a: np.ndarray) -> Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
+
+
+def _pixels(size: int) -> Tensor:
+    """Pixel-centre coordinates in [0, 1]."""
+    return (torch.arange(size, dtype=torch.float32) + 0.5) / size
+
+
+def _over(canvas: Tensor, coverage: Tensor, colour: Tensor) -> None:
+    """Paint ``colour`` (B, 3) over ``canvas`` (B, 3, H, W) where ``coverage`` (B, H, W)."""
+    delta = rearrange(colour, "b c -> b c 1 1") - canvas
+    delta.mul_(rearrange(coverage, "b h w -> b 1 h w"))
+    canvas.add_(delta)
+
+
+def _edge(signed_px: Tensor) -> Tensor:
+    """Coverage from a signed distance in pixels (positive inside): a one-pixel ramp."""
+    return (signed_px + 0.5).clamp_(0.0, 1.0)
+
+
+def _colours(u: np.ndarray, light: np.ndarray) -> Tensor:
+    """(B, 3) colours from (B, 3) draws, each in the light or dark range per example."""
+    return _t(np.where(light[:, None], _range(u, _LIGHT), _range(u, _DARK)))
+
+
+def _lerp_weights(size: int, cells: int) -> tuple[Tensor, Tensor]:
+    """Left neighbour and weight of each pixel centre on a grid of ``cells`` cell centres."""
+    g = (_pixels(size) * cells - 0.5).clamp_(0.0, cells - 1.0)
+    i0 = g.floor().long().clamp_(max=cells - 2)
+    return i0, g - i0
+
+
+def _background(u: np.ndarray, light_bg: np.ndarray, size: int) -> Tensor:
+    """Two-colour linear gradient plus value noise (a 6x6 grid of per-channel offsets,
+    bilinearly upsampled): smooth blotches of clutter at a few scales of the objects."""
+    c0 = rearrange(_colours(u[:, BG_COLOURS][:, :3], light_bg), "b c -> b c 1 1")
+    c1 = rearrange(_colours(u[:, BG_COLOURS][:, 3:], light_bg), "b c -> b c 1 1")
+    d = _t(u[:, GRADIENT] * 2.0 - 1.0)
+    grid = rearrange(
+        _t((u[:, NOISE] - 0.5) * _NOISE_AMPLITUDE),
+        "b (c gy gx) -> b c gy gx",
+        c=3,
+        gy=_NOISE_GRID,
+    )
+    # Bake the gradient into the grid: bilinear interpolation reproduces a linear ramp.
+    g = (torch.arange(_NOISE_GRID, dtype=torch.float32) + 0.5) / _NOISE_GRID - 0.5
+    ramp = rearrange(g, "x -> 1 1 1 x") * rearrange(d[:, 0], "b -> b 1 1 1")
+    ramp = ((ramp + rearrange(g, "y -> 1 1 y 1") * rearrange(d[:, 1], "b -> b 1 1 1")) + 0.5)
+    grid = grid + c0 + ramp.clamp_(0.0, 1.0) * (c1 - c0)
+    # Separable bilinear upsampling (pixel centres, clamped at the borders): along x on
+    # the small grid, then along y with two row gathers.
+    i0, w = _lerp_weights(size, _NOISE_GRID)
+    grid = rearrange(grid, "b c gy gx -> (b c gy) gx")
+    left, right = grid.index_select(1, i0), grid.index_select(1, i0 + 1)
+    rows = rearrange(right.sub_(left).mul_(w).add_(left), "(b c gy) w -> (b c) gy w", c=3, gy=_NOISE_GRID)
+    top, bottom = rows.index_select(1, i0), rows.index_select(1, i0 + 1)
+    bottom.sub_(top).mul_(rearrange(w, "h -> h 1"))
+    return rearrange(top.add_(bottom), "(b c) h w -> b c h w", c=3)
+
+
+def _strokes(canvas: Tensor, u: np.ndarray, light_bg: np.ndarray, front: bool) -> None:
+    """Distractor line segments behind (``front=False``) or over the object.
+
+    Each example has up to ``_STROKES`` segments; those of one layer share a colour, whose
+    brightness is the background's or the object's at random, so colour alone cannot find
+    the object. Round ``r`` draws every example's ``r``-th segment of the layer, so the
+    work is proportional to the segments drawn, not to the slots.
+    """
+    size = canvas.shape[-1]
+    pix = _pixels(size) * size  # pixel centres, in pixels
+    x = rearrange(pix, "w -> 1 1 w")
+    y = rearrange(pix, "h -> 1 h 1")
+    s = rearrange(u[:, STROKES], "b (k f) -> b k f", k=_STROKES)
+    on = (s[..., 0] < _STROKE_P) & ((s[..., 1] < _STROKE_FRONT_P) == front)
+    if not on.any():
+        return
+    rank = np.cumsum(on, axis=1) - 1
+    ink = torch.zeros(len(u), size, size)
+    for r in range(int(on.sum(axis=1).max())):
+        b, k = np.nonzero(on & (rank == r))
+        f = s[b, k]
+        ax, ay, bx, by = (rearrange(_t(f[:, i] * size), "n -> n 1 1") for i in range(2, 6))
+        reach = rearrange(_t(_range(f[:, 6], _STROKE_HALF_WIDTH) * size + 0.5), "n -> n 1 1")
+        dx, dy = bx - ax, by - ay
+        inv = 1.0 / (dx * dx + dy * dy + 1e-6)
+        px, py = x - ax, y - ay
+        t = (px * (dx * inv) + py * (dy * inv)).clamp_(0.0, 1.0)
+        qx, qy = px - t * dx, py - t * dy
+        dist = qx.mul_(qx).add_(qy.mul_(qy)).sqrt_()
+        cov = dist.neg_().add_(reach).clamp_(0.0, 1.0)  # one-pixel anti-aliased edge
+        if len(b) == len(u):
+            torch.maximum(ink, cov, out=ink)
+        else:
+            sel = torch.from_numpy(b)
+            ink.index_copy_(0, sel, torch.maximum(ink.index_select(0, sel), cov))
+    c = u[:, STROKE_COLOURS][:, 4:] if front else u[:, STROKE_COLOURS][:, :4]
+    _over(canvas, ink, _colours(c[:, 1:], np.where(c[:, 0] < 0.5, light_bg, ~light_bg)))
+
+
+def _box_coords(pix: Tensor, centre: np.ndarray, half: np.ndarray) -> Tensor:
+    """(B, N) position of each pixel in the box, in glyph cells of the zero-padded bitmap."""
+    lo = rearrange(_t(centre - half), "b -> b 1")
+    side = rearrange(_t(2.0 * half), "b -> b 1")
+    return (rearrange(pix, "n -> 1 n") - lo) / side * GLYPH_GRID + 0.5
+
+
+def _glyph(
+    canvas: Tensor,
+    bitmaps: np.ndarray,
+    centre: tuple[np.ndarray, np.ndarray],
+    half: tuple[np.ndarray, np.ndarray],
+    colour: Tensor,
+) -> None:
+    """Draw one glyph per example: bilinear lookup of its bitmap, sharpened to 1 px edges."""
+    size = canvas.shape[-1]
+    pix = _pixels(size)
+    pad = GLYPH_GRID + 2
+    padded = np.zeros((len(bitmaps), pad, pad), dtype=np.float32)
+    padded[:, 1:-1, 1:-1] = bitmaps
+    bm = torch.from_numpy(padded)
+    gx = _box_coords(pix, centre[0], half[0]).clamp_(0.0, pad - 1.0)
+    gy = _box_coords(pix, centre[1], half[1]).clamp_(0.0, pad - 1.0)
+    ix, iy = gx.floor().long().clamp_(max=pad - 2), gy.floor().long().clamp_(max=pad - 2)
+    wx, wy = gx - ix, gy - iy
+    r0 = bm.gather(1, repeat(iy, "b h -> b h k", k=pad))
+    r1 = bm.gather(1, repeat(iy + 1, "b h -> b h k", k=pad))
+    rows = r0 + rearrange(wy, "b h -> b h 1") * (r1 - r0)
+    c0 = rows.gather(2, repeat(ix, "b w -> b h w", h=size))
+    c1 = rows.gather(2, repeat(ix + 1, "b w -> b h w", h=size))
+    value = c0 + rearrange(wx, "b w -> b 1 w") * (c1 - c0)
+    # The interpolated bitmap crosses 1/2 on cell edges with slope 1/cell; scaling by the
+    # cell size in pixels turns that into a one-pixel anti-aliased edge.
+    cell_px = _t(2.0 * np.minimum(half[0], half[1]) * size / GLYPH_GRID)
+    _over(canvas, _edge((value - 0.5) * rearrange(cell_px, "b -> b 1 1")), colour)
+
+
+def _tri(t: Tensor) -> Tensor:
+    """Distance to the nearest integer (0 on the integers, 1/2 halfway), period 1."""
+    return (t - t.floor() - 0.5).abs_().neg_().add_(0.5)
+
+
+def _texture_sd(kind: int, px: Tensor, py: Tensor, cx: Tensor, cy: Tensor) -> Tensor:
+    """Signed distance (in periods, > 0 inside the ink) of pattern ``kind``.
+
+    ``px, py`` are phase-shifted coordinates in periods; ``cx, cy`` the same coordinates
+    relative to the patch centre (for the radial patterns).
+    """
+    name = TEXTURES[kind]
+    if name == "horizontal stripes":
+        return _tri(py) - 0.25
+    if name == "vertical stripes":
+        return _tri(px) - 0.25
+    if name == "rising diagonal stripes":
+        return _tri((px + py) * 0.7071) - 0.25
+    if name == "falling diagonal stripes":
+        return _tri((px - py) * 0.7071) - 0.25
+    if name == "checkerboard":
+        a, b = _tri(px) - 0.25, _tri(py) - 0.25
+        return torch.minimum(a.abs(), b.abs()) * (a * b).sign()
+    if name == "polka dots":
+        dx, dy = 0.5 - _tri(px), 0.5 - _tri(py)
+        return 0.3 - (dx * dx + dy * dy).sqrt_()
+    if name == "grid lines":
+        return 0.12 - torch.minimum(_tri(px), _tri(py))
+    if name == "concentric rings":
+        return _tri((cx * cx + cy * cy).sqrt_()) - 0.25
+    if name == "chevrons":
+        return _tri(cy + cx.abs()) - 0.25
+    if name == "concentric diamonds":
+        return _tri(cx.abs() + cy.abs()) - 0.25
+    raise AssertionError(name)
+
+
+def _texture(canvas: Tensor, u: np.ndarray, labels: np.ndarray, light_bg: np.ndarray) -> None:
+    size = canvas.shape[-1]
+    pix = _pixels(size)
+    o = u[:, OBJECT]
+    radius = _range(o[:, 0], _PATCH_RADIUS)
+    cx = radius + o[:, 1] * (1.0 - 2.0 * radius)
+    cy = radius + o[:, 2] * (1.0 - 2.0 * radius)
+    disc = o[:, 3] < 0.5
+    period = _range(o[:, 4], _PERIOD)
+    x = rearrange(pix, "w -> 1 1 w")
+    y = rearrange(pix, "h -> 1 h 1")
+    col = lambda a: rearrange(_t(a), "b -> b 1 1")  # noqa: E731
+    rx, ry = (x - col(cx)) * size, (y - col(cy)) * size  # pixels from the patch centre
+    r_px = col(radius * size)
+    inside = torch.where(
+        col(disc.astype(np.float32)) > 0.5,
+        r_px - (rx * rx + ry * ry).sqrt(),
+        r_px - torch.maximum(rx.abs(), ry.abs()),
+    )
+    patch = _edge(inside)
+    _over(canvas, patch, _colours(o[:, 5:8], light_bg))  # ground of the patch
+
+    period_px = col(period * size)
+    cxp, cyp = rx / period_px, ry / period_px
+    pxp, pyp = cxp + col(o[:, 8]), cyp + col(o[:, 9])
+    ink = torch.zeros_like(patch)
+    for kind in np.unique(labels):
+        sel = torch.from_numpy(np.nonzero(labels == kind)[0])
+        pick = lambda t: t.index_select(0, sel)  # noqa: E731
+        sd = _texture_sd(int(kind), pick(pxp), pick(pyp), pick(cxp), pick(cyp))
+        ink.index_copy_(0, sel, _edge(sd * pick(period_px)).expand(len(sel), size, size))
+    _over(canvas, ink * patch, _colours(o[:, 10:13], ~light_bg))
+
+
+def _glyph_object(
+    canvas: Tensor, task: SyntheticTask, u: np.ndarray, labels: np.ndarray, light_bg: np.ndarray
+) -> None:
+    bank = glyph_bank(max(task.glyphs) + 1)
+    o = u[:, OBJECT]
+    if task.kind == "glyph":
+        glyphs = [np.asarray(task.glyphs)[labels]]
+        scale_range, halves = _GLYPH_SCALE, [(0.0, 1.0)]
+    else:
+        pairs = np.asarray(task.pairs)[labels]
+        swap = o[:, 17] < 0.5
+        glyphs = [np.where(swap, pairs[:, 1], pairs[:, 0]), np.where(swap, pairs[:, 0], pairs[:, 1])]
+        scale_range, halves = _PAIR_SCALE, [(0.0, 0.5), (0.5, 1.0)]
+    # A pair splits the image in halves, side by side or one above the other; each glyph
+    # stays inside its half, so the two never overlap.
+    side_by_side = o[:, 16] < 0.5
+    for j, (lo, hi) in enumerate(halves):
+        f = o[:, 8 * j : 8 * j + 8]  # scale, aspect x, aspect y, position x, y, rgb
+        scale = _range(f[:, 0], scale_range)
+        hx = scale / 2 * (1.0 + _ASPECT * (2 * f[:, 1] - 1))
+        hy = scale / 2 * (1.0 + _ASPECT * (2 * f[:, 2] - 1))
+        lo_x, hi_x = np.where(side_by_side, lo, 0.0), np.where(side_by_side, hi, 1.0)
+        lo_y, hi_y = np.where(side_by_side, 0.0, lo), np.where(side_by_side, 1.0, hi)
+        cx = lo_x + hx + f[:, 3] * np.maximum(hi_x - lo_x - 2 * hx, 0.0)
+        cy = lo_y + hy + f[:, 4] * np.maximum(hi_y - lo_y - 2 * hy, 0.0)
+        _glyph(canvas, bank[glyphs[j]], (cx, cy), (hx, hy), _colours(f[:, 5:8], ~light_bg))
+
+
+def render(task: SyntheticTask, split: str, indices: np.ndarray, image_size: int) -> Batch:
+    """Images ``(B, 3, S, S)`` in [-1, 1] and int64 labels for ``indices`` of one split."""
+    if not MIN_SIZE <= image_size <= MAX_SIZE:
+        raise ValueError(f"synthetic image_size must be in [{MIN_SIZE}, {MAX_SIZE}], got {image_size}")
+    indices = np.asarray(indices, dtype=np.int64)
+    key = derive_key(WORLD_SEED, task.stream, _SPLIT_STREAM[split])
+    images = torch.empty(len(indices), 3, image_size, image_size)
+    chunk = max(_CHUNK_PIXELS // image_size**2, 1)
+    for start in range(0, len(indices), chunk):
+        idx = indices[start : start + chunk]
+        u = uniform(key, idx, NUM_FIELDS)
+        labels = idx % task.num_classes
+        light_bg = u[:, POLARITY][:, 0] < 0.5
+        canvas = _background(u, light_bg, image_size)
+        _strokes(canvas, u, light_bg, front=False)
+        if task.kind == "texture":
+            _texture(canvas, u, labels, light_bg)
+        else:
+            _glyph_object(canvas, task, u, labels, light_bg)
+        _strokes(canvas, u, light_bg, front=True)
+        images[start : start + chunk] = canvas.clamp_(0.0, 1.0).mul_(2.0).sub_(1.0)
+    return Batch(images, torch.from_numpy(indices % task.num_classes))
+
+
+class SyntheticImages(Dataset):
+    """One split of a synthetic task as a map-style ``Dataset`` of (image, label).
+
+    ``__getitems__`` renders a whole batch in one vectorised pass (torch's DataLoader calls
+    it with the batch's indices) and returns a :class:`~vitscale.data.batch.Batch`, which
+    :func:`~vitscale.data.batch.collate` passes through; ``ds[i]`` is bit-identical to row
+    ``i`` of any batch containing it.
+    """
+
+    multilabel = False
+
+    def __init__(self, task: str | SyntheticTask, *, split: str, image_size: int) -> None:
+        self.task = TASKS[task] if isinstance(task, str) else task
+        self.length = self.task.split_size(split)
+        if split not in _SPLIT_STREAM:
+            raise ValueError(f"unknown split {split!r}; valid: {', '.join(_SPLIT_STREAM)}")
+        if not MIN_SIZE <= image_size <= MAX_SIZE:
+            raise ValueError(
+                f"synthetic image_size must be in [{MIN_SIZE}, {MAX_SIZE}], got {image_size}"
+            )
+        self.split = split
+        self.image_size = image_size
+
+    name = property(lambda self: self.task.name)
+    classes = property(lambda self: list(self.task.classes))
+    num_classes = property(lambda self: self.task.num_classes)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def targets_of(self, indices: np.ndarray) -> np.ndarray:
+        """Labels without rendering: example ``i`` has class ``i mod num_classes``."""
+        return np.asarray(indices, dtype=np.int64) % self.num_classes
+
+    def _check(self, indices: np.ndarray) -> np.ndarray:
+        indices = np.asarray(indices, dtype=np.int64)
+        bad = (indices < -self.length) | (indices >= self.length)
+        if bad.any():
+            raise IndexError(f"index {indices[bad][0]} out of range for {self.length} examples")
+        return np.where(indices < 0, indices + self.length, indices)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        images, targets = render(self.task, self.split, self._check([index]), self.image_size)
+        return images[0], targets[0]
+
+    def __getitems__(self, indices: list[int]) -> Batch:
+        return render(self.task, self.split, self._check(indices), self.image_size)
+
+    def __repr__(self) -> str:
+        return (
+            f"SyntheticImages({self.name!r}, split={self.split!r}, "
+            f"image_size={self.image_size}, n={self.length})"
+        )

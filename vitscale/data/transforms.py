@@ -1,0 +1,53 @@
+"""The paper's image transforms (PROTOCOL.md, "Pre-training" and "Transfer").
+
+- Training: Inception crop (random area 8-100%, aspect 3/4-4/3; Szegedy et al. 2015) to
+  the target resolution, random horizontal flip, pixels scaled to [-1, 1].
+- Evaluation: resize the shorter side to 256/224 of the target, centre crop, [-1, 1]
+  (224 px: 256 -> 224, the few-shot protocol's preprocessing; 384 px: 439 -> 384).
+
+Any resolution: the crop size is the argument, the evaluation resize scales with it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torchvision.transforms import v2
+
+__all__ = ["train_transform", "eval_transform", "to_signed_float", "EVAL_RESIZE_RATIO"]
+
+EVAL_RESIZE_RATIO = 256 / 224
+INCEPTION_AREA = (0.08, 1.0)
+INCEPTION_RATIO = (3 / 4, 4 / 3)
+
+
+def to_signed_float() -> v2.Compose:
+    """PIL / uint8 image -> float32 tensor in [-1, 1]."""
+    return v2.Compose(
+        [
+            v2.ToImage(),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(mean=[0.5] * 3, std=[0.5] * 3),
+        ]
+    )
+
+
+def train_transform(image_size: int) -> v2.Compose:
+    return v2.Compose(
+        [
+            v2.RandomResizedCrop(
+                image_size, scale=INCEPTION_AREA, ratio=INCEPTION_RATIO, antialias=True
+            ),
+            v2.RandomHorizontalFlip(),
+            to_signed_float(),
+        ]
+    )
+
+
+def eval_transform(image_size: int) -> v2.Compose:
+    return v2.Compose(
+        [
+            v2.Resize(round(image_size * EVAL_RESIZE_RATIO), antialias=True),
+            v2.CenterCrop(image_size),
+            to_signed_float(),
+        ]
+    )

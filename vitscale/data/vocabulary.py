@@ -1,0 +1,200 @@
+"""What the embedded synthetic dataset contains: its visual vocabulary and its tasks.
+
+The paper's question (Sec. 4.3, Fig. 3 and 4) is when a ViT's weak inductive bias stops
+hurting: with little pre-training data the ResNet's locality and translation equivariance
+win, with enough data the ViT learns the same structure and overtakes. The synthetic
+family is built so that this prior is the *right* one: every class is defined by a small
+local structure (a glyph or a texture) drawn at a random position, scale and colour on a
+cluttered background, and nothing else about the image is informative.
+
+- **Glyphs.** A glyph is a 5x5 binary bitmap whose set cells touch all four sides, are
+  4-connected, and differ from every other glyph in at least :data:`MIN_GLYPH_DISTANCE`
+  cells. :func:`glyph_bank` draws them from a counter-based hash, so the bank is the same
+  everywhere and glyph ``g`` never changes when more glyphs are asked for.
+- **Textures.** Ten periodic patterns (:data:`TEXTURES`) filling a square or disc.
+
+Upstream (pre-training) and transfer tasks use disjoint glyphs, so transfer is real: a
+transfer class was never a pre-training class, but it is made of the same strokes,
+corners and periodicities, so good upstream features make it linearly separable.
+
+This module is torch-free (the registry and grid validation read the task table); the
+renderer is :mod:`vitscale.data.synthetic`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from functools import cache
+from itertools import combinations
+
+import numpy as np
+
+from ._hash import derive_key, uniform
+
+__all__ = [
+    "GLYPH_GRID",
+    "MIN_GLYPH_DISTANCE",
+    "TEXTURES",
+    "SyntheticTask",
+    "TASKS",
+    "UPSTREAM",
+    "glyph_bank",
+]
+
+GLYPH_GRID = 5
+MIN_GLYPH_DISTANCE = 6
+# Cells set per glyph: dense enough to be more than a stroke, sparse enough to have holes.
+_GLYPH_CELLS = (9, 16)
+# Version of the world: bump it (never silently) if a change alters any rendered pixel.
+WORLD_SEED = 20_210_503
+
+TEXTURES: tuple[str, ...] = (
+    "horizontal stripes",
+    "vertical stripes",
+    "rising diagonal stripes",
+    "falling diagonal stripes",
+    "checkerboard",
+    "polka dots",
+    "grid lines",
+    "concentric rings",
+    "chevrons",
+    "concentric diamonds",
+)
+
+
+@dataclass(frozen=True)
+class SyntheticTask:
+    """One classification task of the synthetic family.
+
+    ``kind`` says what defines a class: ``"glyph"`` (one glyph of ``glyphs`` per image),
+    ``"pair"`` (which two glyphs of ``glyphs`` appear together) or ``"texture"`` (the
+    pattern inside a patch). ``splits`` gives each split's size; labels cycle through the
+    classes (example ``i`` has class ``i mod num_classes``), so every split is balanced.
+    """
+
+    name: str
+    kind: str
+    glyphs: tuple[int, ...]
+    splits: tuple[tuple[str, int], ...]
+    description: str
+    stream: int
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        if self.kind == "glyph":
+            return tuple(f"glyph-{g:03d}" for g in self.glyphs)
+        if self.kind == "pair":
+            return tuple(f"glyph-{a:03d}+glyph-{b:03d}" for a, b in self.pairs)
+        return TEXTURES
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def pairs(self) -> tuple[tuple[int, int], ...]:
+        """The unordered glyph pairs of a ``"pair"`` task, in class order."""
+        return tuple(combinations(self.glyphs, 2))
+
+    def split_size(self, split: str) -> int:
+        sizes = dict(self.splits)
+        if split not in sizes:
+            raise ValueError(
+                f"{self.name}: unknown split {split!r}; valid: {', '.join(map(repr, sizes))}"
+            )
+        return sizes[split]
+
+
+_UPSTREAM_CLASSES = 256
+UPSTREAM = "synthetic"
+
+# Upstream glyphs are 0..255; each transfer task takes the next unused ones. The upstream
+# train split is "unbounded" (10^9 indices, nothing stored): Fig. 4's subsets are prefixes
+# of a seeded permutation of it. Its val and test splits, and the transfer tasks' splits,
+# are separate index streams, so no image is shared between splits.
+TASKS: dict[str, SyntheticTask] = {
+    t.name: t
+    for t in (
+        SyntheticTask(
+            name=UPSTREAM,
+            kind="glyph",
+            glyphs=tuple(range(_UPSTREAM_CLASSES)),
+            splits=(("train", 10**9), ("val", 10_000), ("test", 10_000)),
+            description="pre-training: 256 glyph classes on cluttered backgrounds (JFT stand-in)",
+            stream=0,
+        ),
+        SyntheticTask(
+            name="synthetic-glyphs",
+            kind="glyph",
+            glyphs=tuple(range(256, 276)),
+            splits=(("train", 2_000), ("val", 400), ("test", 2_000)),
+            description="transfer: 20 glyphs never seen upstream (fine-grained, Pets/Flowers-like)",
+            stream=1,
+        ),
+        SyntheticTask(
+            name="synthetic-pairs",
+            kind="pair",
+            glyphs=tuple(range(276, 281)),
+            splits=(("train", 1_000), ("val", 200), ("test", 1_000)),
+            description="transfer: which 2 of 5 new glyphs appear together (10 classes)",
+            stream=2,
+        ),
+        SyntheticTask(
+            name="synthetic-textures",
+            kind="texture",
+            glyphs=(),
+            splits=(("train", 1_000), ("val", 200), ("test", 1_000)),
+            description="transfer: 10 periodic textures in a patch (DTD-like)",
+            stream=3,
+        ),
+    )
+}
+
+
+def _connected(bits: np.ndarray) -> bool:
+    cells = list(zip(*np.nonzero(bits), strict=True))
+    seen = {cells[0]}
+    todo = deque(seen)
+    while todo:
+        r, c = todo.popleft()
+        for nb in ((r + 1, c), (r - 1, c), (r, c + 1), (r, c - 1)):
+            if nb not in seen and 0 <= nb[0] < GLYPH_GRID and 0 <= nb[1] < GLYPH_GRID:
+                if bits[nb]:
+                    seen.add(nb)
+                    todo.append(nb)
+    return len(seen) == len(cells)
+
+
+@cache
+def glyph_bank(n: int) -> np.ndarray:
+    """The first ``n`` glyphs, ``(n, GLYPH_GRID, GLYPH_GRID)`` bool.
+
+    Candidates are hashed bitmaps; a candidate is kept when its cells touch all four
+    sides (so its drawn size is its box), are 4-connected (one stroke figure, like a
+    character) and differ from every kept glyph in at least ``MIN_GLYPH_DISTANCE`` cells.
+    Greedy and sequential, so a longer bank starts with the shorter one.
+    """
+    key = derive_key(WORLD_SEED, 0xC1A55)
+    cells = GLYPH_GRID * GLYPH_GRID
+    kept: list[np.ndarray] = []
+    flat = np.zeros((0, cells), dtype=bool)
+    start = 0
+    while len(kept) < n:
+        candidates = uniform(key, np.arange(start, start + 4096), cells) < 0.5
+        start += 4096
+        for cand in candidates:
+            if not _GLYPH_CELLS[0] <= cand.sum() <= _GLYPH_CELLS[1]:
+                continue
+            bits = np.asarray(np.split(cand, GLYPH_GRID))
+            if not (bits[0].any() and bits[-1].any() and bits[:, 0].any() and bits[:, -1].any()):
+                continue
+            if len(kept) and (flat != cand).sum(axis=1).min() < MIN_GLYPH_DISTANCE:
+                continue
+            if not _connected(bits):
+                continue
+            kept.append(bits)
+            flat = np.concatenate([flat, cand[None]])
+            if len(kept) == n:
+                break
+    return np.stack(kept)

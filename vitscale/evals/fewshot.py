@@ -1,0 +1,56 @@
+"""The paper's few-shot linear evaluation as a closed-form solver (paper Sec. 4.1, App. B.1.2).
+
+    "we solve a regularized least-squares regression problem that maps the (frozen)
+     representation of a subset of training images to {-1, 1}^K target vectors."
+
+Details as the authors' code (PROTOCOL.md): standardise features with the k-shot set's
+mean and std (+1e-5), append a constant feature of 100 (a bias that is almost
+unregularised), solve ridge regression with lambda = 2^10 in closed form, predict by
+argmax. Solved in float64, in whichever of the primal (D x D) or dual (N x N) forms is
+smaller; both give the same weights.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+BIAS_FEATURE = 100.0
+STD_EPS = 1e-5
+DEFAULT_L2 = 1024.0  # 2^10
+
+
+def ridge_fewshot_accuracy(
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    test_x: torch.Tensor,
+    test_y: torch.Tensor,
+    *,
+    num_classes: int,
+    l2_reg: float = DEFAULT_L2,
+) -> float:
+    """Top-1 accuracy of ridge regression to {-1, 1}^K targets, fitted on (train_x, train_y).
+
+    ``*_x`` are ``(N, D)`` features, ``*_y`` integer class labels in ``[0, num_classes)``.
+    """
+    if train_x.ndim != 2 or test_x.ndim != 2 or train_x.shape[1] != test_x.shape[1]:
+        raise ValueError(f"features must be (N, D) with equal D, got {tuple(train_x.shape)} and {tuple(test_x.shape)}")
+    if len(train_x) != len(train_y) or len(test_x) != len(test_y):
+        raise ValueError("features and labels must have the same number of rows")
+    x = train_x.double()
+    mean = x.mean(dim=0, keepdim=True)
+    std = x.std(dim=0, keepdim=True, correction=0) + STD_EPS
+
+    def design(features: torch.Tensor) -> torch.Tensor:
+        z = (features.double() - mean) / std
+        return F.pad(z, (0, 1), value=BIAS_FEATURE)
+
+    a, b = design(train_x), design(test_x)
+    targets = 2.0 * F.one_hot(train_y.long(), num_classes).double() - 1.0
+    n, d = a.shape
+    if n >= d:  # primal: (A^T A + l I)^-1 A^T Y
+        w = torch.linalg.solve(a.T @ a + l2_reg * torch.eye(d, dtype=a.dtype), a.T @ targets)
+    else:  # dual: A^T (A A^T + l I)^-1 Y
+        w = a.T @ torch.linalg.solve(a @ a.T + l2_reg * torch.eye(n, dtype=a.dtype), targets)
+    predictions = (b @ w).argmax(dim=1)
+    return (predictions == test_y.to(predictions.device).long()).double().mean().item()

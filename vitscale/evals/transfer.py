@@ -1,0 +1,104 @@
+"""Everything measured on a pre-trained model: few-shot linear, upstream top-1, fine-tuning.
+
+The datasets, few-shot samples and test sets are fixed once when the evaluator is built,
+so every evaluation during training sees the same images, and features are extracted
+once per evaluation and reused for every k and seed (paper Sec. 4.1; PROTOCOL.md).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import torch
+
+from .. import runfolder as rf
+from ..config import Config
+from ..data import build_dataset, fewshot_indices
+from .features import labels_of, run_model
+from .fewshot import ridge_fewshot_accuracy
+
+
+@dataclass
+class _FewShotSet:
+    name: str
+    train: torch.utils.data.Dataset
+    test: torch.utils.data.Dataset
+    num_classes: int
+    samples: dict[tuple[int, int], list[int]]  # (k, seed) -> train indices
+    pool: list[int]  # union of all samples: features extracted once
+    test_indices: list[int]
+
+
+class TransferEvaluator:
+    def __init__(self, cfg: Config, *, accelerator, upstream_num_classes: int) -> None:
+        self.cfg = cfg
+        self.accelerator = accelerator
+        d = cfg.data
+        self._build = dict(root=d.root, image_size=d.image_size, download=d.download)
+        fs = cfg.eval.fewshot
+        self.fewshot = [self._fewshot_set(name, fs.shots, fs.seeds, fs.test_examples) for name in fs.datasets]
+        self.upstream = None
+        if cfg.eval.upstream.examples:
+            test = build_dataset(d.dataset, "test", seed=cfg.seed, **self._build)
+            n = min(cfg.eval.upstream.examples, len(test))
+            self.upstream = (test, list(range(n)))
+
+    def _fewshot_set(self, name: str, shots: list[int], seeds: int, test_examples: int | None) -> _FewShotSet:
+        train = build_dataset(name, "train", seed=self.cfg.seed, **self._build)
+        test = build_dataset(name, "test", seed=self.cfg.seed, **self._build)
+        samples = {}
+        for seed in range(seeds):
+            # class-interleaved rounds: the first k * C indices hold k of every class
+            largest = fewshot_indices(labels_of(train, range(len(train))).numpy(), max(shots), seed=seed)
+            for k in shots:
+                samples[(k, seed)] = largest[: k * train.num_classes].tolist()
+        pool = sorted({i for idx in samples.values() for i in idx})
+        n_test = len(test) if test_examples is None else min(test_examples, len(test))
+        test_indices = list(range(n_test))
+        return _FewShotSet(name, train, test, train.num_classes, samples, pool, test_indices)
+
+    @torch.no_grad()
+    def run(self, model: torch.nn.Module, *, step: int) -> dict[str, float]:
+        """Few-shot accuracies (each seed and their mean) and upstream top-1, as fractions."""
+        metrics: dict[str, float] = {}
+        batch = self.cfg.eval.batch_size
+        kw = dict(batch_size=batch, accelerator=self.accelerator)
+        for fs in self.fewshot:
+            pool_x, pool_y = run_model(model.pre_logits, fs.train, fs.pool, **kw)
+            test_x, test_y = run_model(model.pre_logits, fs.test, fs.test_indices, **kw)
+            row_of = {index: row for row, index in enumerate(fs.pool)}
+            per_k: dict[int, list[float]] = {}
+            for (k, seed), indices in fs.samples.items():
+                rows = torch.tensor([row_of[i] for i in indices])
+                acc = ridge_fewshot_accuracy(
+                    pool_x[rows], pool_y[rows], test_x, test_y,
+                    num_classes=fs.num_classes, l2_reg=self.cfg.eval.fewshot.l2_reg,
+                )
+                metrics[f"{rf.fewshot_key(fs.name, k)}/seed{seed}"] = acc
+                per_k.setdefault(k, []).append(acc)
+            for k, accs in per_k.items():
+                metrics[rf.fewshot_key(fs.name, k)] = statistics.fmean(accs)
+        if self.upstream is not None:
+            test, indices = self.upstream
+            logits, labels = run_model(model, test, indices, **kw)
+            top = logits.argmax(dim=1)
+            if labels.ndim == 2:  # multi-label: the top prediction is one of the labels (prec@1)
+                hits = labels[torch.arange(len(top)), top] > 0
+            else:
+                hits = top == labels
+            metrics[rf.UPSTREAM_TOP1] = hits.float().mean().item()
+        return metrics
+
+    def finetune(self, model: torch.nn.Module, *, pretrain_image_size: int) -> dict[str, float]:
+        """Fine-tune a copy of ``model`` on each configured dataset; test top-1 per dataset."""
+        from .finetune import finetune_and_score
+
+        ft = self.cfg.eval.finetune
+        return {
+            name: finetune_and_score(
+                model, cfg=self.cfg, dataset=name, accelerator=self.accelerator,
+                image_size=ft.image_size or pretrain_image_size,
+            )
+            for name in ft.datasets
+        }

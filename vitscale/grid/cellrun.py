@@ -1,0 +1,113 @@
+"""Run one cell of a grid in its run folder: the unit every executor launches.
+
+    python -m vitscale.grid.cellrun RUNS/<grid>/<cell id>           # one process
+    torchrun --standalone --nproc_per_node 2 -m vitscale.grid.cellrun RUNS/<grid>/<cell id>
+
+The cell's resolved config is the run folder's ``config.json`` (written at submission).
+An exclusive lock on ``<run>/.lock`` (held by the rank-0 process while it trains) makes
+sure two submissions racing for the same cell cannot both run it: the second one sees the
+lock and exits. A finished cell is never run again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from .. import runfolder as rf
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BUSY = 0  # another process holds the cell: nothing to do here
+EXIT_PREEMPTED = 75  # checkpointed after a preemption signal; run again to resume
+
+
+@contextlib.contextmanager
+def cell_lock(run_dir: Path, *, blocking: bool = False) -> Iterator[bool]:
+    """Hold the run folder's lock; yields False (without waiting) when someone else holds it."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir / rf.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.uname().nodename} {os.getpid()}\n".encode())
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def is_locked(run_dir: Path) -> bool:
+    """True while a process holds the cell (it is running)."""
+    if not (run_dir / rf.LOCK).exists():
+        return False
+    with cell_lock(run_dir) as acquired:
+        return not acquired
+
+
+def is_done(run_dir: Path) -> bool:
+    path = run_dir / rf.RESULT
+    if not path.is_file():
+        return False
+    try:
+        return rf.read_json(path).get("status") == rf.STATUS_DONE
+    except (OSError, ValueError):
+        return False
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def _agree_with_rank0(acquired: bool) -> bool:
+    """Every process of a multi-process cell follows rank 0's answer about the lock."""
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return acquired
+    import torch
+    from accelerate import PartialState
+    from accelerate.utils import broadcast_object_list
+
+    PartialState(cpu=not torch.cuda.is_available())  # joins the process group train() uses
+    return bool(broadcast_object_list([acquired], from_process=0)[0])
+
+
+def run_cell(run_dir: str | Path) -> int:
+    """Train the cell in ``run_dir`` unless it is done or held by another process."""
+    from ..config import ConfigError, resolve
+    from ..train import Preempted, train
+
+    run_dir = Path(run_dir)
+    if is_done(run_dir):
+        print(f"{run_dir.name}: already done", flush=True)
+        return EXIT_OK
+    config = rf.read_json(run_dir / rf.CONFIG)
+    # Only rank 0 takes the lock: the other ranks of a multi-process cell follow it.
+    with cell_lock(run_dir) if _rank() == 0 else contextlib.nullcontext(True) as acquired:
+        if not _agree_with_rank0(acquired):
+            print(f"{run_dir.name}: another process is running this cell; leaving it alone", flush=True)
+            return EXIT_BUSY
+        try:
+            result = train(resolve(config), run_dir)
+        except ConfigError as e:
+            print(f"{run_dir.name}: {e}", file=sys.stderr, flush=True)
+            return EXIT_FAILED
+        except Preempted as e:
+            print(f"{run_dir.name}: {e}", flush=True)
+            return EXIT_PREEMPTED
+    return EXIT_OK if result["status"] == rf.STATUS_DONE else EXIT_FAILED
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m vitscale.grid.cellrun RUN_DIR")
+    sys.exit(run_cell(sys.argv[1]))

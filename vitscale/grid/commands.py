@@ -1,0 +1,157 @@
+"""``vitscale grid`` and ``vitscale status``: load, validate, plan, then run or submit."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from ..models.names import parse
+from .cost import cell_cost
+from .plan import plan
+from .profile import Profile, load_profile
+from .spec import Grid, GridError, load_grid
+from .status import collect, format_table
+
+
+def _dataset_size(grid: Grid, cell) -> int | None:
+    from ..data import known_size
+
+    return known_size(cell.config.data.dataset, root=cell.config.data.root)
+
+
+def _validate_for_running(grid: Grid, profile: Profile | None) -> None:
+    """Checks that need the datasets and the cluster: one message per problem."""
+    from ..data import check_available
+
+    problems: list[str] = []
+    seen: set[str] = set()
+    for cell in grid.cells:
+        where = f"{grid.path}: block {cell.block!r}"
+        d = cell.config.data
+        for message in check_available(d.dataset, root=d.root, subset=d.subset, download=d.download):
+            if message not in seen:
+                seen.add(message)
+                problems.append(f"{where}: data: {message}")
+        if profile is not None:
+            for message in profile.check(grid.resources_for(cell), f"{where}: resources"):
+                if message not in seen:
+                    seen.add(message)
+                    problems.append(message)
+    if problems:
+        raise GridError(problems)
+
+
+def _patch(name: str) -> str:
+    spec = parse(name)
+    if spec.family == "ViT":
+        return str(spec.patch)
+    if spec.family == "Hybrid":
+        return f"/{spec.downsample}"
+    return "-"
+
+
+def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_json: bool) -> int:
+    actions = {p.cell.id: p.action for p in plan(grid, runs_root)}
+    est = profile or Profile(name="default")
+    costs = [cell_cost(c, est, dataset_size=_dataset_size(grid, c)) for c in grid.cells]
+    todo = [c for c in costs if actions[c.cell.id] == "submit"]
+    total = {
+        "cells": len(costs),
+        "to_run": len(todo),
+        "done": sum(a == "skip-done" for a in actions.values()),
+        "exaflops": sum(c.exaflops or 0 for c in costs),
+        "gpu_hours": sum(c.gpu_hours or 0 for c in costs),
+        "gpu_hours_to_run": sum(c.gpu_hours or 0 for c in todo),
+        "sustained_tflops_per_gpu": est.sustained_tflops,
+        "profile": est.name,
+    }
+    if as_json:
+        cells = [
+            {
+                "id": c.cell.id, "block": c.cell.block, "model": c.cell.config.model.name,
+                "patch": _patch(c.cell.config.model.name), "subset": c.cell.config.data.subset,
+                "num_examples": c.num_examples, "steps": c.steps, "examples_seen": c.examples_seen,
+                "exaflops": c.exaflops, "gpu_hours": c.gpu_hours, "action": actions[c.cell.id],
+                "config": c.cell.config.to_dict(),
+            }
+            for c in costs
+        ]
+        print(json.dumps({"grid": grid.name, "cells": cells, "total": total}, indent=2, default=str))
+        return 0
+    print(f"grid {grid.name!r} ({grid.path}): {len(costs)} cells -> {runs_root / grid.name}/<cell id>/")
+    head = f"{'id':<10} {'model':<17} {'patch':>5} {'subset':>8} {'steps':>9} {'examples':>10} {'exaFLOPs':>10} {'GPU-h':>9}  state"
+    print(head)
+    print("-" * len(head))
+
+    def fmt(value, spec):
+        return "?" if value is None else format(value, spec)
+
+    for c in costs:
+        state = {"submit": "to run", "skip-done": "done (skipped)", "skip-running": "running",
+                 "skip-queued": "queued", "skip-failed": "failed (no retries left)"}[actions[c.cell.id]]
+        examples = None if c.examples_seen is None else _short(c.examples_seen)
+        print(
+            f"{c.cell.id:<10} {c.cell.config.model.name:<17} {_patch(c.cell.config.model.name):>5} "
+            f"{str(c.cell.config.data.subset):>8} {fmt(c.steps, ','):>9} {fmt(examples, ''):>10} "
+            f"{fmt(c.exaflops, '.4g'):>10} {fmt(c.gpu_hours, ',.1f'):>9}  {state}"
+        )
+    print("-" * len(head))
+    print(
+        f"total: {total['exaflops']:.4g} exaFLOPs, {total['gpu_hours']:,.1f} GPU-hours at "
+        f"{est.sustained_tflops:g} TFLOP/s sustained per GPU (profile {est.name!r}); "
+        f"{total['to_run']} cells to run ({total['gpu_hours_to_run']:,.1f} GPU-hours), {total['done']} done"
+    )
+    return 0
+
+
+def _short(n: int) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return str(n)
+
+
+def grid(
+    path: Path, *, runs_root: Path, dry_run: bool, as_json: bool, executor: str, workers: int, processes: int,
+    profile_path: str | None,
+) -> int:
+    g = load_grid(path)
+    profile = load_profile(profile_path) if profile_path else None
+    if dry_run:
+        return print_dry_run(g, runs_root, profile, as_json=as_json)
+    if executor == "slurm" and profile is None:
+        raise ValueError("--executor slurm needs --profile slurm/profiles/NAME.yaml")
+    _validate_for_running(g, profile)
+    if executor == "local":
+        from .local import run_local
+
+        planned = plan(g, runs_root)
+        _print_plan(planned)
+        codes = run_local(planned, workers=workers, processes=processes)
+        failed = [cid for cid, code in codes.items() if code not in (0, 75)]
+        print(f"{len(codes)} cells run, {len(failed)} failed; `vitscale status {runs_root / g.name}` for details")
+        return 1 if failed else 0
+    from .slurm import submit
+
+    return submit(g, runs_root=runs_root, profile=profile)
+
+
+def _print_plan(planned) -> None:
+    counts: dict[str, int] = {}
+    for p in planned:
+        counts[p.action] = counts.get(p.action, 0) + 1
+    print(", ".join(f"{n} {a}" for a, n in sorted(counts.items())))
+
+
+def status(paths: list[Path], *, shots: int, as_json: bool) -> int:
+    from .slurm import job_state
+
+    rows, problems = collect(paths, shots=shots, job_state=job_state)
+    if as_json:
+        print(json.dumps({"cells": [dataclasses.asdict(r) for r in rows], "problems": problems}, indent=2))
+        return 0
+    print(format_table(rows, shots=shots))
+    for p in problems:
+        print(f"skipped: {p}")
+    return 0

@@ -1,0 +1,80 @@
+"""What a (re)submission of a grid does with each cell.
+
+- done: skipped, never run again;
+- running (a process holds its lock) or queued (its SLURM job is still pending): skipped;
+- failed: rerun while it has retries left (the failed result.json is kept beside as
+  ``result.failed-<n>.json``), else skipped and reported;
+- otherwise (never started, or interrupted with a checkpoint): submitted; an interrupted
+  cell resumes from its checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import runfolder as rf
+from .cellrun import is_locked
+from .spec import Cell, Grid
+
+JOB_FILE = "job.json"  # the scheduler's id for the cell's latest submission
+FAILED_RESULT = "result.failed-{n}.json"
+
+ACTIONS = ("submit", "skip-done", "skip-running", "skip-queued", "skip-failed")
+
+
+@dataclass(frozen=True)
+class Planned:
+    cell: Cell
+    run_dir: Path
+    action: str
+    note: str = ""
+
+
+def run_dir_for(runs_root: Path, grid: Grid, cell: Cell) -> Path:
+    return runs_root / grid.name / cell.id
+
+
+def failed_attempts(run_dir: Path) -> int:
+    return len(list(run_dir.glob(FAILED_RESULT.format(n="*"))))
+
+
+def plan(grid: Grid, runs_root: Path, *, is_queued=lambda run_dir: False) -> list[Planned]:
+    """Decide each cell's action; ``is_queued(run_dir)`` asks the scheduler (SLURM)."""
+    out = []
+    for cell in grid.cells:
+        run_dir = run_dir_for(runs_root, grid, cell)
+        result = run_dir / rf.RESULT
+        status = None
+        if result.is_file():
+            try:
+                status = rf.read_json(result).get("status")
+            except (OSError, ValueError):
+                status = None
+        if status == rf.STATUS_DONE:
+            out.append(Planned(cell, run_dir, "skip-done"))
+        elif is_locked(run_dir):
+            out.append(Planned(cell, run_dir, "skip-running"))
+        elif is_queued(run_dir):
+            out.append(Planned(cell, run_dir, "skip-queued"))
+        elif status == rf.STATUS_FAILED:
+            attempts = failed_attempts(run_dir) + 1
+            if attempts <= grid.retries:
+                out.append(Planned(cell, run_dir, "submit", f"retry {attempts}/{grid.retries}"))
+            else:
+                out.append(Planned(cell, run_dir, "skip-failed", f"failed {attempts} times"))
+        else:
+            out.append(Planned(cell, run_dir, "submit"))
+    return out
+
+
+def prepare(planned: Planned) -> None:
+    """Make a cell's run folder ready to run: config.json written, a failure set aside."""
+    run_dir = planned.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    result = run_dir / rf.RESULT
+    if result.is_file():  # a failure being retried: keep it, under its attempt number
+        result.rename(run_dir / FAILED_RESULT.format(n=failed_attempts(run_dir) + 1))
+    config = run_dir / rf.CONFIG
+    if not config.is_file():
+        rf.write_json_atomic(config, planned.cell.config.to_dict() | {"cell_id": planned.cell.id})

@@ -1,0 +1,116 @@
+"""Cluster profiles: small YAML files describing what a SLURM cluster can give.
+
+    # slurm/profiles/NAME.yaml
+    partition: gpu
+    account: my-lab            # optional
+    qos: normal                # optional
+    constraint: h100           # optional
+    gpus_per_node: 8           # 0 for CPU-only nodes
+    cpus_per_node: 96
+    mem_gb_per_node: 1000
+    max_nodes: 16
+    time_limit: "48:00:00"     # the partition's limit per job
+    sustained_tflops: 400      # per GPU (per node when CPU-only), for --dry-run estimates
+    array_parallelism: 32      # cells running at once
+    signal_delay_s: 120        # SIGUSR1 this long before the time limit: checkpoint, requeue
+    setup: ["module load cuda/12.4"]   # shell lines before each job
+
+A grid's ``resources`` (per family or model) ask for GPUs, nodes, time and memory; they
+are checked against the profile before anything is submitted.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+
+def parse_time(text: str | int) -> int:
+    """SLURM time ``[D-]HH:MM:SS``, ``MM:SS`` or minutes -> minutes (rounded up)."""
+    if isinstance(text, int):
+        return text
+    days, _, clock = str(text).rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if not 1 <= len(parts) <= 3:
+        raise ValueError(f"not a SLURM time: {text!r}; use HH:MM:SS or D-HH:MM:SS")
+    if len(parts) == 1:
+        seconds = parts[0] * 60
+    else:
+        h, m, s = ([0] * (3 - len(parts)) + parts)
+        seconds = h * 3600 + m * 60 + s
+    seconds += int(days or 0) * 86400
+    return -(-seconds // 60)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    gpus_per_node: int = 0
+    cpus_per_node: int = 1
+    mem_gb_per_node: float = 4.0
+    max_nodes: int = 1
+    time_limit: str = "01:00:00"
+    sustained_tflops: float = 100.0
+    array_parallelism: int = 16
+    signal_delay_s: int = 60
+    setup: list[str] = field(default_factory=list)
+
+    @property
+    def time_limit_min(self) -> int:
+        return parse_time(self.time_limit)
+
+    def check(self, resources: dict, where: str) -> list[str]:
+        """Problems with asking this profile for ``resources`` (one message each)."""
+        problems = []
+        nodes = resources.get("nodes", 1)
+        gpus = resources.get("gpus", self.gpus_per_node * nodes)
+        if nodes > self.max_nodes:
+            problems.append(f"{where}: nodes={nodes} but profile {self.name!r} allows at most {self.max_nodes}")
+        if gpus > self.gpus_per_node * nodes:
+            problems.append(
+                f"{where}: gpus={gpus} on {nodes} node(s) but profile {self.name!r} has "
+                f"{self.gpus_per_node} GPUs per node"
+            )
+        if "time" in resources:
+            try:
+                if parse_time(resources["time"]) > self.time_limit_min:
+                    problems.append(
+                        f"{where}: time={resources['time']} exceeds profile {self.name!r} limit {self.time_limit}"
+                        " (long cells checkpoint and requeue: ask for at most the limit)"
+                    )
+            except ValueError as e:
+                problems.append(f"{where}: {e}")
+        if resources.get("mem_gb", 0) > self.mem_gb_per_node:
+            problems.append(
+                f"{where}: mem_gb={resources['mem_gb']} but profile {self.name!r} nodes have {self.mem_gb_per_node}"
+            )
+        cpus = resources.get("cpus_per_gpu", 0) * max(1, gpus // max(1, nodes))
+        if cpus > self.cpus_per_node:
+            problems.append(f"{where}: {cpus} CPUs per node but profile {self.name!r} nodes have {self.cpus_per_node}")
+        return problems
+
+
+def load_profile(path: str | Path) -> Profile:
+    path = Path(path)
+    if not path.is_file():
+        available = sorted(p.stem for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
+        hint = f"; profiles there: {', '.join(available)}" if available else ""
+        raise ValueError(f"cluster profile not found: {path}{hint}")
+    raw = yaml.safe_load(path.read_text()) or {}
+    valid = [f.name for f in fields(Profile) if f.name != "name"]
+    problems = []
+    for key in raw:
+        if key not in valid:
+            close = difflib.get_close_matches(key, valid, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(valid)}"
+            problems.append(f"{path}: unknown key {key!r}{hint}")
+    if problems:
+        raise ValueError("\n".join(problems))
+    return Profile(name=path.stem, **raw)

@@ -1,0 +1,193 @@
+"""Grid files: a base config plus blocks of axes, expanded into cells with stable ids.
+
+A grid is a union of products, because axes apply to some families only (patch size to
+ViTs, width to BiT)::
+
+    name: fig4_data_requirements        # runs/<name>/<cell id>/
+    base:                               # any config keys (vitscale.config)
+      data: {dataset: "multilabel:/datasets/jft", image_size: 224}
+      train: {epochs: 7}
+    axes:                               # crossed with every block (optional)
+      data.subset: [9M, 30M, 90M, 303M]
+      seed: [0]
+    blocks:
+      - name: vit
+        axes:                           # a product
+          model.name: [ViT-b/32, ViT-B/32, ViT-L/32, ViT-L/16]
+      - name: bit
+        set: {optim.weight_decay: 0.1}  # fixed keys for this block
+        zip:                            # varied together, not crossed
+          model.name: [BiT-R50x1, BiT-R152x2]
+          optim.lr: [1.0e-3, 6.0e-4]
+    retries: 2                          # failed cells are rerun up to this many times
+    resources:                          # SLURM sizes, matched by model family or name
+      default: {gpus: 8, nodes: 1, time: "24:00:00", mem_gb: 400, cpus_per_gpu: 12}
+      ResNet: {gpus: 8}
+
+Every key is dotted (``model.name``) or nested; a cell is ``base`` <- grid axes <- block
+``set`` <- one point of the block's product and zip. Cells resolve through
+:func:`vitscale.config.resolve` (recipes included) and are identified by
+:func:`vitscale.config.cell_id`; identical cells collapse to one.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..config import Config, ConfigError, cell_id, resolve, set_key
+
+TOP_KEYS = ("name", "description", "base", "axes", "blocks", "retries", "resources")
+BLOCK_KEYS = ("name", "axes", "zip", "set")
+RESOURCE_KEYS = ("gpus", "nodes", "time", "mem_gb", "cpus_per_gpu")
+
+
+class GridError(ValueError):
+    """Problems in a grid file, one message each, naming the file, block and key."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+@dataclass(frozen=True)
+class Cell:
+    id: str
+    block: str
+    config: Config
+    point: dict[str, Any]  # the axis values that made this cell (for tables)
+
+
+@dataclass
+class Grid:
+    name: str
+    path: Path
+    cells: list[Cell]
+    retries: int = 1
+    resources: dict[str, dict[str, Any]] = field(default_factory=dict)
+    description: str = ""
+
+    def resources_for(self, cell: Cell) -> dict[str, Any]:
+        """Resource sizes: ``default`` <- family (ViT/ResNet/Hybrid) <- exact model name."""
+        from ..models.names import family
+
+        name = cell.config.model.name
+        out = dict(self.resources.get("default", {}))
+        out |= self.resources.get(family(name), {})
+        out |= self.resources.get(name, {})
+        return out
+
+
+def _as_list(value: Any, where: str, problems: list[str]) -> list:
+    if not isinstance(value, list) or not value:
+        problems.append(f"{where}: expected a non-empty list of values, got {value!r}")
+        return []
+    return value
+
+
+def _unknown(keys, valid, where: str, problems: list[str]) -> None:
+    for key in keys:
+        if key not in valid:
+            close = difflib.get_close_matches(key, valid, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; valid: {', '.join(valid)}"
+            problems.append(f"{where}: unknown key {key!r}{hint}")
+
+
+def _points(block: dict, where: str, problems: list[str]) -> list[dict[str, Any]]:
+    axes = block.get("axes") or {}
+    zipped = block.get("zip") or {}
+    for label, section in (("axes", axes), ("zip", zipped)):
+        if not isinstance(section, dict):
+            problems.append(f"{where}.{label}: expected a mapping of key: [values], got {section!r}")
+            return []
+    product_axes = {k: _as_list(v, f"{where}.axes.{k}", problems) for k, v in axes.items()}
+    zip_axes = {k: _as_list(v, f"{where}.zip.{k}", problems) for k, v in zipped.items()}
+    lengths = {len(v) for v in zip_axes.values()}
+    if len(lengths) > 1:
+        sizes = ", ".join(f"{k}: {len(v)}" for k, v in zip_axes.items())
+        problems.append(f"{where}.zip: every zipped axis needs the same number of values ({sizes})")
+        return []
+    overlap = set(product_axes) & set(zip_axes)
+    if overlap:
+        problems.append(f"{where}: {', '.join(sorted(overlap))} is both an axis and a zip axis")
+        return []
+    zip_points = [dict(zip(zip_axes, values, strict=True)) for values in zip(*zip_axes.values(), strict=True)] or [{}]
+    points = []
+    for values in itertools.product(*product_axes.values()):
+        for z in zip_points:
+            points.append(dict(zip(product_axes, values, strict=True)) | z)
+    return points
+
+
+def load_grid(path: str | Path, *, num_processes: int | None = None) -> Grid:
+    """Parse, expand and validate a grid file; GridError lists every problem found."""
+    path = Path(path)
+    if not path.is_file():
+        raise GridError([f"{path}: grid file not found"])
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise GridError([f"{path}: not valid YAML: {e}"]) from None
+    if not isinstance(raw, dict):
+        raise GridError([f"{path}: the top level must be a mapping (name, base, axes, blocks, ...)"])
+    problems: list[str] = []
+    _unknown(raw, TOP_KEYS, str(path), problems)
+    name = raw.get("name") or path.stem
+    base = raw.get("base") or {}
+    if not isinstance(base, dict):
+        problems.append(f"{path}: base: expected a mapping of config keys")
+        base = {}
+    blocks = raw.get("blocks") or [{"name": "all"}]
+    if not isinstance(blocks, list):
+        problems.append(f"{path}: blocks: expected a list of blocks")
+        blocks = []
+    retries = raw.get("retries", 1)
+    if not isinstance(retries, int) or retries < 0:
+        problems.append(f"{path}: retries: expected a non-negative integer, got {retries!r}")
+        retries = 1
+    resources = raw.get("resources") or {}
+    for key, sizes in resources.items():
+        if not isinstance(sizes, dict):
+            problems.append(f"{path}: resources.{key}: expected a mapping of sizes")
+            continue
+        _unknown(sizes, RESOURCE_KEYS, f"{path}: resources.{key}", problems)
+
+    grid_points = _points({"axes": raw.get("axes") or {}}, f"{path}: axes", problems)
+    cells: dict[str, Cell] = {}
+    for b, block in enumerate(blocks):
+        label = block.get("name", f"#{b}") if isinstance(block, dict) else f"#{b}"
+        where = f"{path}: block {label!r}"
+        if not isinstance(block, dict):
+            problems.append(f"{where}: expected a mapping with axes/zip/set")
+            continue
+        _unknown(block, BLOCK_KEYS, where, problems)
+        fixed = block.get("set") or {}
+        reported: set[str] = set()
+        for gp in grid_points:
+            for bp in _points(block, where, problems):
+                point = gp | bp
+                try:
+                    config = copy.deepcopy(base)
+                    for key, value in (fixed | point | {"grid": name}).items():
+                        set_key(config, key, value)
+                    resolved = resolve(config, num_processes=num_processes)
+                except ConfigError as e:
+                    for p in e.problems:
+                        if p not in reported:  # one message per problem, not per cell
+                            reported.add(p)
+                            problems.append(f"{where}: {p}")
+                    continue
+                cid = cell_id(resolved)
+                cells.setdefault(cid, Cell(id=cid, block=label, config=resolved, point=point))
+    if problems:
+        raise GridError(problems)
+    if not cells:
+        raise GridError([f"{path}: the grid expands to no cells"])
+    return Grid(name=name, path=path, cells=list(cells.values()), retries=retries, resources=resources,
+                description=raw.get("description", ""))

@@ -1,0 +1,94 @@
+"""``vitscale status``: per cell done / running / pending / failed, last step, best few-shot.
+
+The run folders say most of it (:func:`vitscale.results.cell_state`); two live facts
+refine a cell without a result: whether a process holds its lock (running here), and,
+for SLURM cells, the scheduler's state of its job (queued, running, requeued).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import runfolder as rf
+from ..results import STATUS_PENDING, STATUS_RUNNING, RunFolderError, cell_state, find_run_folders
+from .cellrun import is_locked
+from .plan import JOB_FILE
+
+STATUS_ORDER = ("done", "running", "pending", "failed")
+
+
+@dataclass(frozen=True)
+class CellRow:
+    grid: str
+    cell_id: str
+    model: str
+    subset: str
+    status: str
+    last_step: int | None
+    total_steps: int | None
+    best_fewshot: float | None  # mean over transfer datasets of the best k-shot accuracy
+    note: str
+
+
+def _mean_best(best: dict[str, float], shots: int) -> float | None:
+    values = [v for k, v in best.items() if (parsed := rf.parse_fewshot_key(k)) and parsed[1] == shots]
+    return statistics.fmean(values) if values else None
+
+
+def cell_row(run_dir: Path, *, shots: int = 5, job_state=None) -> CellRow:
+    state = cell_state(run_dir)
+    config = rf.read_json(run_dir / rf.CONFIG)
+    status, note = state.status, state.error or ""
+    if status in (STATUS_RUNNING, STATUS_PENDING):
+        scheduler = job_state(run_dir) if job_state else None
+        if is_locked(run_dir):
+            status = STATUS_RUNNING
+        elif scheduler:
+            status = STATUS_RUNNING if scheduler in ("RUNNING", "COMPLETING") else STATUS_PENDING
+            note = f"SLURM {scheduler}"
+        elif state.last_step:
+            status, note = STATUS_PENDING, f"interrupted; resumes from its checkpoint (step {state.last_step})"
+        else:
+            status = STATUS_PENDING
+    if status == rf.STATUS_FAILED and (run_dir / JOB_FILE).is_file() and job_state:
+        if (scheduler := job_state(run_dir)) in ("PENDING", "RUNNING", "REQUEUED"):
+            status, note = STATUS_PENDING, f"retry queued (SLURM {scheduler}); last error: {note}"
+    return CellRow(
+        grid=config.get("grid") or run_dir.parent.name,
+        cell_id=run_dir.name,
+        model=config["model"]["name"],
+        subset=str(config["data"].get("subset")),
+        status=status,
+        last_step=state.last_step,
+        total_steps=config["train"].get("total_steps"),
+        best_fewshot=_mean_best(state.best, shots),
+        note=note,
+    )
+
+
+def collect(paths: list[Path], *, shots: int = 5, job_state=None) -> tuple[list[CellRow], list[str]]:
+    folders, problems = find_run_folders(paths)
+    rows = []
+    for folder in folders:
+        try:
+            rows.append(cell_row(Path(folder), shots=shots, job_state=job_state))
+        except (RunFolderError, OSError, ValueError, KeyError) as e:
+            problems.append(f"{folder}: {e}")
+    return rows, [str(p) for p in problems]
+
+
+def format_table(rows: list[CellRow], *, shots: int = 5) -> str:
+    head = f"{'grid':<16} {'cell':<10} {'model':<16} {'subset':>8} {'status':<8} {'step':>13} {f'{shots}-shot':>7}  note"
+    lines = [head, "-" * len(head)]
+    for r in sorted(rows, key=lambda r: (r.grid, STATUS_ORDER.index(r.status), r.model, r.subset)):
+        step = "" if r.last_step is None else f"{r.last_step}" + (f"/{r.total_steps}" if r.total_steps else "")
+        acc = "" if r.best_fewshot is None else f"{100 * r.best_fewshot:.1f}%"
+        lines.append(
+            f"{r.grid:<16} {r.cell_id:<10} {r.model:<16} {r.subset:>8} {r.status:<8} {step:>13} {acc:>7}  {r.note}"
+        )
+    counts = {s: sum(r.status == s for r in rows) for s in STATUS_ORDER}
+    lines.append("")
+    lines.append(f"{len(rows)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    return "\n".join(lines)

@@ -1,0 +1,90 @@
+"""Paper training recipes as config defaults (paper Table 3 and Appendix B.1; PROTOCOL.md).
+
+A recipe fills only the keys a config leaves unset. Which recipe applies is ``recipe:``
+in the config, or else follows the pre-training dataset: ``imagenet`` -> ImageNet,
+multi-label sets (``multilabel:...``) -> JFT-300M, ``synthetic`` -> our CPU recipe,
+anything else -> the ImageNet-21k one (single-label, 0.1 dropout). Imports no torch.
+"""
+
+from __future__ import annotations
+
+from .models.names import HybridSpec, ResNetSpec, ViTSpec, parse
+
+RECIPES = ("jft", "imagenet21k", "imagenet", "synthetic", "transfer")
+
+_COMMON = {"optim": {"name": "adamw", "end_lr": 1e-5}, "train": {"grad_clip": 1.0}}
+
+_BY_RECIPE = {
+    # JFT-300M: Adam(0.9, 0.999), batch 4096, wd 0.1, no dropout, 10k warm-up, linear decay.
+    "jft": {
+        "model": {"dropout": 0.0},
+        "train": {"batch_size": 4096, "loss": "sigmoid"},
+        "optim": {"weight_decay": 0.1, "schedule": "linear", "warmup_steps": 10_000},
+    },
+    # ImageNet-21k: wd 0.03, dropout 0.1, lr 1e-3.
+    "imagenet21k": {
+        "model": {"dropout": 0.1},
+        "train": {"batch_size": 4096, "loss": "sigmoid"},
+        "optim": {"lr": 1e-3, "weight_decay": 0.03, "schedule": "linear", "warmup_steps": 10_000},
+    },
+    # ImageNet: wd 0.3, dropout 0.1, lr 3e-3, cosine, clip 1.
+    "imagenet": {
+        "model": {"dropout": 0.1},
+        "train": {"batch_size": 4096, "loss": "softmax"},
+        "optim": {"lr": 3e-3, "weight_decay": 0.3, "schedule": "cosine", "warmup_steps": 10_000},
+    },
+    # Ours: CPU-sized runs on the synthetic set (the demo and tests).
+    "synthetic": {
+        "model": {"dropout": 0.0},
+        "train": {"batch_size": 256, "loss": "softmax"},
+        "optim": {"lr": 1e-3, "weight_decay": 0.1, "schedule": "linear", "warmup_steps": 50},
+    },
+    # Training from scratch on a small transfer set (rare; fine-tuning has its own recipe).
+    "transfer": {
+        "model": {"dropout": 0.1},
+        "train": {"batch_size": 512, "loss": "softmax"},
+        "optim": {"lr": 1e-3, "weight_decay": 0.1, "schedule": "cosine", "warmup_steps": 500},
+    },
+}
+
+# JFT-300M base learning rates (PROTOCOL.md, from paper Appendix B.1 / Table 3).
+_JFT_VIT_LR = {("B", 32): 8e-4, ("B", 16): 8e-4, ("L", 32): 6e-4, ("L", 16): 4e-4, ("H", 14): 3e-4}
+_JFT_BIT_LR = {(50, 1): 1e-3, (50, 2): 1e-3, (101, 1): 8e-4, (152, 1): 6e-4, (152, 2): 6e-4}
+_JFT_FALLBACK_LR = 1e-3  # models the paper did not train on JFT (Ti, S, demo sizes)
+
+
+def jft_lr(model: str) -> float:
+    spec = parse(model)
+    if isinstance(spec, HybridSpec):
+        if (spec.vit.size, spec.downsample) == ("L", 32):
+            return 2e-4
+        return _JFT_VIT_LR.get((spec.vit.size, spec.downsample), _JFT_FALLBACK_LR)
+    if isinstance(spec, ViTSpec):
+        return _JFT_VIT_LR.get((spec.size, spec.patch), _JFT_FALLBACK_LR)
+    assert isinstance(spec, ResNetSpec)
+    if spec.depth >= 152:
+        return 6e-4
+    return _JFT_BIT_LR.get((spec.depth, int(spec.width)), _JFT_FALLBACK_LR)
+
+
+def choose(dataset: str) -> str:
+    if dataset == "imagenet":
+        return "imagenet"
+    if dataset.startswith("multilabel:"):
+        return "jft"
+    if dataset.startswith("synthetic"):
+        return "synthetic"
+    return "imagenet21k"
+
+
+def recipe(model: str, dataset: str, name: str | None = None) -> dict:
+    """Config defaults for pre-training ``model`` on ``dataset`` (nested dict)."""
+    name = name or choose(dataset)
+    if name not in _BY_RECIPE:
+        raise ValueError(f"recipe: unknown value {name!r}; valid: {', '.join(map(repr, RECIPES))}")
+    out = {section: dict(values) for section, values in _COMMON.items()}
+    for section, values in _BY_RECIPE[name].items():
+        out.setdefault(section, {}).update(values)
+    if name == "jft":
+        out["optim"]["lr"] = jft_lr(model)
+    return out

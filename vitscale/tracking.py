@@ -1,0 +1,163 @@
+"""Metric logging: ``metrics.jsonl`` in the run folder, mirrored to W&B.
+
+The file is the record; W&B is a mirror. Only rank 0 logs. One W&B run per cell with
+run id = cell id, so a requeued job continues the same run (``resume="allow"``);
+group = grid name; config = the resolved config; the same metric names as the file;
+``examples_seen`` and ``compute/exaflops`` are declared as metrics other charts can use as
+their x-axis. With no API key (or ``mode: offline``) W&B writes offline files under
+``<run>/wandb/`` (``WANDB_DIR`` overrides) that ``wandb sync`` uploads later. Any W&B
+error is reported once and W&B is switched off: it never stops training. API keys are
+never written anywhere by this module.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import netrc
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from . import runfolder as rf
+
+__all__ = ["Tracker", "wandb_mode"]
+
+
+def _has_api_key() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return False
+
+
+def wandb_mode(configured: str) -> str:
+    """Resolve ``auto``: ``WANDB_MODE`` if set, else online with an API key, else offline."""
+    if configured != "auto":
+        return configured
+    env = os.environ.get("WANDB_MODE")
+    if env in ("online", "offline", "disabled"):
+        return env
+    return "online" if _has_api_key() else "offline"
+
+
+def _finite_or_none(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN; the failure itself is recorded in result.json
+    return value
+
+
+class Tracker:
+    """Appends rows to ``metrics.jsonl`` and mirrors them to W&B (rank 0 only)."""
+
+    def __init__(self, *, run_dir: Path, config: dict, cell_id: str, enabled: bool, resume_step: int = 0) -> None:
+        self.run_dir = Path(run_dir)
+        self.enabled = enabled
+        self._wandb = None
+        if not enabled:
+            return
+        self.path = self.run_dir / rf.METRICS
+        self._truncate_after(resume_step)
+        # line-buffered: a crash loses at most the line being written; closed in close()
+        self._file = open(self.path, "a", buffering=1)  # noqa: SIM115
+        self._start_wandb(config, cell_id)
+
+    def _truncate_after(self, step: int) -> None:
+        """On resume, drop rows logged after the checkpoint: they will be logged again."""
+        if not self.path.exists():
+            return
+        rows = [r for r in rf.iter_metrics(self.path) if r.get(rf.STEP, 0) <= step]
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.replace(tmp, self.path)
+
+    def _start_wandb(self, config: dict, cell_id: str) -> None:
+        wcfg = config["wandb"]
+        mode = wandb_mode(wcfg["mode"])
+        if mode == "disabled":
+            return
+        try:
+            import wandb
+
+            spec_tags = _tags(config)
+            self._wandb = wandb.init(
+                project=wcfg["project"],
+                entity=wcfg["entity"],
+                id=cell_id,
+                name=cell_id,
+                resume="allow",
+                group=config.get("grid") or "adhoc",
+                job_type=f"pretrain-{config['data']['dataset']}",
+                tags=[*spec_tags, *wcfg["tags"]],
+                config=config,
+                dir=os.environ.get("WANDB_DIR") or str(self.run_dir),
+                mode=mode,
+                settings=wandb.Settings(console="off", silent=True, x_disable_stats=True),
+            )
+            self._wandb.define_metric(rf.EXAMPLES_SEEN)
+            self._wandb.define_metric(rf.EXAFLOPS)
+            self._wandb.define_metric("*", step_metric=rf.EXAMPLES_SEEN)
+        except Exception as e:  # noqa: BLE001 - W&B must never stop training
+            self._wandb_failed(e)
+
+    def _wandb_failed(self, error: Exception) -> None:
+        warnings.warn(f"W&B disabled for this run after an error: {error}", stacklevel=3)
+        self._wandb = None
+
+    def log(self, row: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        row = {k: _finite_or_none(v) for k, v in row.items()}
+        self._file.write(json.dumps(row) + "\n")
+        if self._wandb is not None:
+            try:
+                self._wandb.log({k: v for k, v in row.items() if k != rf.STEP and v is not None}, step=row[rf.STEP])
+            except Exception as e:  # noqa: BLE001
+                self._wandb_failed(e)
+
+    def summary(self, result: dict[str, Any]) -> None:
+        """Mirror result.json into the W&B run summary (flattened: best/..., final/...)."""
+        if self._wandb is None:
+            return
+        flat = {}
+        for key, value in result.items():
+            if isinstance(value, dict):
+                flat.update({f"{key}/{k}": v for k, v in value.items()})
+            else:
+                flat[key] = value
+        try:
+            self._wandb.summary.update({k: _finite_or_none(v) for k, v in flat.items()})
+        except Exception as e:  # noqa: BLE001
+            self._wandb_failed(e)
+
+    def close(self, *, failed: bool = False) -> None:
+        if not self.enabled:
+            return
+        self._file.close()
+        if self._wandb is not None:
+            try:
+                self._wandb.finish(exit_code=1 if failed else 0)
+            except Exception as e:  # noqa: BLE001
+                self._wandb_failed(e)
+            self._wandb = None
+
+
+def _tags(config: dict) -> list[str]:
+    """Tags a dashboard can slice by: family, size, patch, subset."""
+    from .models.names import parse
+
+    spec = parse(config["model"]["name"])
+    tags = [f"family:{spec.family}"]
+    vit = getattr(spec, "vit", spec)
+    if hasattr(vit, "size"):
+        tags.append(f"size:{vit.size}")
+        if spec.family == "ViT":
+            tags.append(f"patch:{vit.patch}")
+    if spec.family in ("ResNet", "Hybrid"):
+        resnet = getattr(spec, "resnet", spec)
+        tags.append(f"resnet:R{resnet.depth}x{resnet.width}")
+    tags.append(f"subset:{config['data']['subset']}")
+    return tags

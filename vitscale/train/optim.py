@@ -1,0 +1,62 @@
+"""Optimiser and learning-rate schedules (paper Table 3, Appendix B.1).
+
+Adam(0.9, 0.999) with weight decay decoupled from the gradient and multiplied by the
+learning rate: torch's AdamW. PROTOCOL.md: coupled L2 inside Adam stalls training. As in
+the authors' code, decay applies to the kernels of dense and convolution layers only,
+not to biases, norms, the class token or position embeddings.
+
+Schedules: linear warm-up, then linear decay to ``end_lr`` (pre-training) or cosine
+decay (ImageNet pre-training, fine-tuning).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+SCHEDULES = ("linear", "cosine")
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    kernels = {
+        id(m.weight) for m in model.modules() if isinstance(m, nn.Linear | nn.Conv2d) and m.weight is not None
+    }
+    decay = [p for p in model.parameters() if p.requires_grad and id(p) in kernels]
+    other = [p for p in model.parameters() if p.requires_grad and id(p) not in kernels]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": other, "weight_decay": 0.0},
+    ]
+
+
+def build_adamw(model: nn.Module, *, lr: float, weight_decay: float, betas: tuple[float, float]) -> torch.optim.AdamW:
+    return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=tuple(betas))
+
+
+def lr_factor(step: int, *, total_steps: int, warmup_steps: int, schedule: str, base_lr: float, end_lr: float) -> float:
+    """Multiplier of ``base_lr`` at ``step`` (0-based, before the update of that step)."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}; valid: {', '.join(map(repr, SCHEDULES))}")
+    warmup_steps = min(warmup_steps, total_steps)
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    progress = min(progress, 1.0)
+    floor = min(end_lr / base_lr, 1.0) if base_lr > 0 else 0.0
+    if schedule == "linear":
+        return floor + (1.0 - floor) * (1.0 - progress)
+    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def build_schedule(
+    optimizer: torch.optim.Optimizer, *, total_steps: int, warmup_steps: int, schedule: str, end_lr: float
+) -> torch.optim.lr_scheduler.LambdaLR:
+    base_lr = optimizer.param_groups[0]["lr"]
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: lr_factor(
+            step, total_steps=total_steps, warmup_steps=warmup_steps, schedule=schedule, base_lr=base_lr, end_lr=end_lr
+        ),
+    )

@@ -1,0 +1,44 @@
+"""Preemption signals: SIGUSR1 (SLURM's ``--signal`` before a time limit or preemption)
+and SIGTERM (what SLURM sends at the limit). The handler only raises a flag; the training
+loop checkpoints at the next step boundary, where the state is consistent, and stops.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+PREEMPTION_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
+
+class PreemptionFlag:
+    """Context manager: ``flag.requested`` turns True after SIGUSR1 or SIGTERM."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.signal_name: str | None = None
+        self._previous: dict[int, object] = {}
+
+    def _handler(self, signum, frame) -> None:
+        self.requested = True
+        self.signal_name = signal.Signals(signum).name
+
+    def __enter__(self) -> PreemptionFlag:
+        if threading.current_thread() is threading.main_thread():
+            for sig in PREEMPTION_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous.clear()
+
+
+class Preempted(Exception):
+    """Training stopped at a checkpoint because a preemption signal arrived."""
+
+    def __init__(self, step: int, signal_name: str | None) -> None:
+        super().__init__(f"preempted by {signal_name or 'a signal'}: checkpointed at step {step}")
+        self.step = step
+        self.signal_name = signal_name
