@@ -117,4 +117,7 @@ def build_loader(
         num_workers=num_workers,
         pin_memory=torch.cuda.is_available(),
         persistent_workers=num_workers > 0,
+        # Its own generator: starting an iterator would otherwise draw from the global
+        # torch RNG (the workers' base seed) and shift dropout after a resume.
+        generator=torch.Generator().manual_seed(seed),
     )

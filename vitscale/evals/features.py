@@ -38,7 +38,10 @@ def run_model(
     padded = indices + indices[-1:] * (per_rank * world - len(indices))
     shard = padded[rank::world]
     loader = DataLoader(
-        dataset, batch_sampler=BatchSampler(shard, batch_size, drop_last=False), collate_fn=collate
+        dataset,
+        batch_sampler=BatchSampler(shard, batch_size, drop_last=False),
+        collate_fn=collate,
+        generator=torch.Generator(),  # leave the training RNG streams untouched
     )
     outputs, targets = [], []
     for images, target in loader:

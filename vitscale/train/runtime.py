@@ -41,15 +41,34 @@ def resolve_precision(precision: str) -> str:
 
 
 def make_accelerator(*, precision: str, seed_everything: int | None = None):
+    """A fresh Accelerator for one run (``train`` may be called repeatedly in a process).
+
+    Accelerate keeps its precision in a process-wide singleton and refuses a second run
+    with another precision; the per-run part is reset here, the process group (the
+    ``PartialState``) is kept.
+    """
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
     from accelerate.utils import set_seed
 
     use_cpu = not torch.cuda.is_available() or os.environ.get("ACCELERATE_USE_CPU") == "1"
     mixed = resolve_precision(precision)
+    AcceleratorState._reset_state(reset_partial_state=False)
+    GradientState._reset_state()
     accelerator = Accelerator(cpu=use_cpu, mixed_precision="bf16" if mixed == "bf16" else "no")
     if seed_everything is not None:
         set_seed(seed_everything)
     return accelerator, mixed
+
+
+def shutdown() -> None:
+    """Destroy the process group, if any: last thing a launched process does (what
+    ``Accelerator.end_training`` does; never inside ``train``, whose caller may go on
+    using the group, e.g. to agree on the next cell)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def peak_flops(device: torch.device) -> float | None:

@@ -1,0 +1,159 @@
+"""What every figure does to its frame first: check the columns, keep the finished cells,
+combine cells that share a line and an x value, and give each line its look."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from vitscale.results import metric_columns
+from vitscale.runfolder import STATUS_DONE
+
+from .. import style
+from . import AGGREGATES
+
+__all__ = [
+    "require",
+    "finished",
+    "aggregate",
+    "check_agg",
+    "hue_order",
+    "line_styles",
+    "log_x",
+    "two_lines",
+    "save",
+]
+
+
+def require(frame: pd.DataFrame, columns: Sequence[str]) -> None:
+    """``ValueError`` naming the first missing column and the metric columns there are."""
+    for column in columns:
+        if column not in frame.columns:
+            metrics = metric_columns(frame)
+            shown = ", ".join(metrics[:12]) + (", ..." if len(metrics) > 12 else "")
+            raise ValueError(
+                f"no column {column!r} in the results; metric columns: {shown or 'none'}"
+            )
+
+
+def finished(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """The finished cells (status done) that have a value in every one of ``columns``."""
+    require(frame, ["status", *columns])
+    done = frame[frame["status"] == STATUS_DONE]
+    return done.dropna(subset=list(columns))
+
+
+def check_agg(agg: str) -> None:
+    if agg not in AGGREGATES:
+        raise ValueError(f"unknown aggregate {agg!r}; valid: {', '.join(AGGREGATES)}")
+
+
+def aggregate(frame: pd.DataFrame, keys: Sequence[str], value: str, agg: str) -> pd.DataFrame:
+    """``value`` combined (``agg``) over the rows sharing ``keys``; sorted by the keys."""
+    check_agg(agg)
+    grouped = frame.groupby(list(keys), sort=True, dropna=False)[value]
+    return grouped.agg(agg).reset_index()
+
+
+def _sort_key(value) -> tuple:
+    if isinstance(value, numbers.Number) and not isinstance(value, bool):
+        return (0, float(value), "")
+    return (1, 0.0, str(value))
+
+
+def hue_order(frame: pd.DataFrame, hue: str) -> list:
+    """The values of ``hue`` in display order: models and families in paper order, else
+    numbers ascending, then the rest by name."""
+    if hue == "family":
+        known = [f for f in style.FAMILIES if f in set(frame["family"])]
+        return known + sorted(set(frame["family"]) - set(known), key=str)
+    if hue == "model":
+        families = dict(zip(frame["model"], frame["family"], strict=True))
+        sizes = dict(zip(frame["model"], frame["size"], strict=True))
+        return style.model_order(frame["model"].unique(), families, sizes)
+    return sorted(frame[hue].unique(), key=_sort_key)
+
+
+def label(value) -> str:
+    """A legend label: ``40`` not ``40.0``, ``0.001`` not ``0.0010000``."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def line_styles(frame: pd.DataFrame, hue: str) -> dict:
+    """``{value: dict(label, color, linestyle, marker)}`` in display order.
+
+    By model: a colour per model, the line style of its family (ViT solid, ResNet dashed,
+    hybrid dash-dotted, as in Fig. 4) and a marker per model size. By anything else: a
+    colour and a marker per value, solid lines.
+    """
+    values = hue_order(frame, hue)
+    colors = style.model_colors(values)
+    if hue == "model":
+        first = frame.drop_duplicates("model").set_index("model")
+        markers = style.size_markers(first["size"].astype(str))
+        return {
+            m: dict(
+                label=str(m),
+                color=colors[m],
+                linestyle=style.FAMILY_LINESTYLES.get(first.at[m, "family"], ":"),
+                marker=markers[str(first.at[m, "size"])],
+            )
+            for m in values
+        }
+    return {
+        v: dict(
+            label=label(v),
+            color=colors[v],
+            linestyle="-",
+            marker=style.MARKERS[i % len(style.MARKERS)],
+        )
+        for i, v in enumerate(values)
+    }
+
+
+def log_x(ax, values) -> None:
+    """A log x axis for positive ``values``; spanning less than ~1.5 decades, it is
+    labelled at 1, 2 and 5 times each power of ten (else one label would be left)."""
+    values = pd.Series(values, dtype=float).dropna()
+    if values.empty or (values <= 0).any():
+        return
+    ax.set_xscale("log")
+    if values.max() / values.min() < 30:
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(_power_of_ten))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _power_of_ten(value: float, _pos=None) -> str:
+    """2e4 -> 2x10^4, 1e5 -> 10^5 (mathtext), as matplotlib labels whole decades."""
+    exponent = math.floor(math.log10(value) + 1e-9)
+    coef = round(value / 10**exponent, 6)
+    power = f"10^{{{exponent}}}"
+    return f"${power}$" if coef == 1 else f"${coef:g}\\times {power}$"
+
+
+def two_lines(text: str, limit: int = 28) -> str:
+    """``text`` split at the space nearest its middle when longer than ``limit``: an axis
+    label that fits beside a short panel."""
+    if len(text) <= limit or " " not in text:
+        return text
+    spaces = [i for i, ch in enumerate(text) if ch == " "]
+    cut = min(spaces, key=lambda i: abs(i - len(text) / 2))
+    return text[:cut] + "\n" + text[cut + 1 :]
+
+
+def save(fig, out_dir, stem: str, formats: Sequence[str]) -> list:
+    """:func:`analysis.style.save`, closing the figure on a bad format too."""
+    try:
+        return style.save(fig, out_dir, stem, formats=formats)
+    finally:
+        plt.close(fig)

@@ -1,0 +1,70 @@
+"""A metric along training: the curves behind Fig. 4's early stopping.
+
+The paper reports the best ImageNet 5-shot accuracy seen during pre-training (Sec. 4.3,
+Fig. 4); these curves show where that best fell. Input is a history frame
+(:func:`vitscale.results.load_history`: one row per cell and logged step, failed cells
+included, since a curve up to the failure is still informative). One line per model (or
+per value of ``hue``); cells sharing a line and an x value are combined by ``agg``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from vitscale.runfolder import EXAMPLES_SEEN
+
+from .. import metrics as M
+from .. import style
+from ._data import aggregate, check_agg, line_styles, log_x, require, save
+
+__all__ = ["plot", "figure", "write"]
+
+
+def plot(
+    ax,
+    history: pd.DataFrame,
+    *,
+    metric: str,
+    x: str = EXAMPLES_SEEN,
+    hue: str = "model",
+    agg: str = "mean",
+) -> None:
+    """Draw ``metric`` against ``x`` (examples seen, log axis), one line per ``hue`` value."""
+    check_agg(agg)
+    require(history, [metric, x, hue])
+    data = history.dropna(subset=[metric, x, hue])
+    points = aggregate(data, [hue, x], metric, agg)
+    for value, look in line_styles(data, hue).items():
+        line = points[points[hue] == value]
+        ax.plot(line[x].to_numpy(), line[metric].to_numpy(), markersize=3, **look)
+    log_x(ax, points[x])
+    ax.set_xlabel(M.axis_label(x))
+    ax.set_ylabel(M.label(metric))
+
+
+def figure(history: pd.DataFrame, *, metric: str, hue: str = "model", agg: str = "mean"):
+    """A one-column figure with the legend below the axes."""
+    with style.paper_style():
+        fig, (ax,) = style.new_figure()
+        plot(ax, history, metric=metric, hue=hue, agg=agg)
+        handles, labels = ax.get_legend_handles_labels()
+        style.legend_below(fig, handles, labels, title=None if hue == "model" else hue)
+    return fig
+
+
+def write(
+    history: pd.DataFrame,
+    out_dir: str | os.PathLike,
+    *,
+    metric: str,
+    hue: str = "model",
+    agg: str = "mean",
+    formats: Sequence[str] = style.FORMATS,
+) -> list[Path]:
+    """Write ``curves_<metric>.<format>``; returns the paths."""
+    fig = figure(history, metric=metric, hue=hue, agg=agg)
+    return save(fig, out_dir, f"curves_{style.safe_stem(metric)}", formats)

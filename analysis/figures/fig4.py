@@ -1,0 +1,77 @@
+"""Fig. 4, "Linear few-shot evaluation on ImageNet versus pre-training size".
+
+The paper pre-trains on random JFT subsets of 9M, 30M, 90M and 300M images with the same
+hyper-parameters and steps, and reports each model's best ImageNet 5-shot accuracy seen
+during training (early stopping); ResNets win on the small subsets, ViTs from 90M on.
+Here: any few-shot metric of the cells frame (its ``best`` value, the same early
+stopping) against the pre-training dataset size on a log axis, one line per model (ViT
+solid, ResNet dashed, hybrid dash-dotted) or per value of any column (``hue``), cells
+sharing a line and a size (seeds) combined by ``agg``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from .. import metrics as M
+from .. import style
+from ._data import aggregate, check_agg, finished, line_styles, log_x, save
+
+__all__ = ["plot", "figure", "write"]
+
+
+def plot(
+    ax,
+    cells: pd.DataFrame,
+    *,
+    metric: str,
+    x: str = "num_examples",
+    hue: str = "model",
+    agg: str = "mean",
+) -> None:
+    """Draw one line per value of ``hue``: ``metric`` (combined by ``agg``) against ``x``."""
+    check_agg(agg)
+    data = finished(cells, [metric, x, hue])
+    points = aggregate(data, [hue, x], metric, agg)
+    for value, look in line_styles(data, hue).items():
+        line = points[points[hue] == value]
+        ax.plot(line[x].to_numpy(), line[metric].to_numpy(), markersize=4, **look)
+    log_x(ax, points[x])
+    ax.set_xlabel(M.axis_label(x))
+    ax.set_ylabel(M.label(metric))
+
+
+def figure(
+    cells: pd.DataFrame,
+    *,
+    metric: str,
+    x: str = "num_examples",
+    hue: str = "model",
+    agg: str = "mean",
+):
+    """A one-column figure with the legend below the axes."""
+    with style.paper_style():
+        fig, (ax,) = style.new_figure()
+        plot(ax, cells, metric=metric, x=x, hue=hue, agg=agg)
+        handles, labels = ax.get_legend_handles_labels()
+        style.legend_below(fig, handles, labels, title=None if hue == "model" else hue)
+    return fig
+
+
+def write(
+    cells: pd.DataFrame,
+    out_dir: str | os.PathLike,
+    *,
+    metric: str,
+    x: str = "num_examples",
+    hue: str = "model",
+    agg: str = "mean",
+    formats: Sequence[str] = style.FORMATS,
+) -> list[Path]:
+    """Write ``fig4_<metric>.<format>``; returns the paths."""
+    fig = figure(cells, metric=metric, x=x, hue=hue, agg=agg)
+    return save(fig, out_dir, f"fig4_{style.safe_stem(metric)}", formats)

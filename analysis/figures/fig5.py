@@ -1,0 +1,231 @@
+"""Fig. 5, "Performance versus pre-training compute".
+
+x = total pre-training exaFLOPs (log), y = transfer accuracy; the paper's left panel is
+the average over ImageNet, CIFAR-10, CIFAR-100, Pets and Flowers ("average-5"), the
+right one ImageNet, and the points are Table 6 (:func:`paper_panels`). Message: ViT
+needs 2-4x less compute than a ResNet for the same accuracy; hybrids help at small
+budgets only.
+
+Each panel draws every finished cell as a point (colour = family or another ``hue``
+column, marker = model size), the Pareto frontier of each colour group
+(:mod:`analysis.frontier`) and, with ``fit``, the saturating power law of Zhai et al.
+2021 fitted to that frontier with its bootstrap band (:mod:`analysis.scaling`). A
+panel's ``reference`` frame (the paper's Table 6, for a metric the paper measured under
+the same name) is drawn beside ours as hollow markers.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from vitscale.runfolder import finetune_key
+
+from .. import metrics as M
+from .. import paper, scaling, style
+from ..frontier import pareto_frontier
+from ._data import finished, hue_order, save, two_lines
+
+__all__ = ["Panel", "PAPER_PANELS", "paper_panels", "plot", "figure", "write", "write_paper"]
+
+X = "exaflops"
+PAPER_PANELS = ((paper.AVERAGE_5, "Average-5"), (finetune_key("imagenet"), "ImageNet"))
+REFERENCE_LABEL = "paper (Table 6)"
+FIT_LABEL = "power-law fit"  # Zhai et al. 2021; dotted past the data
+_MAX_COLUMNS = 3  # panels per row; more panels wrap onto further rows
+
+
+@dataclass(frozen=True, eq=False)
+class Panel:
+    """One axes: ``metric`` of ``frame`` against compute, titled ``title``; ``reference``
+    (e.g. :func:`analysis.paper.table6_frame`) is drawn beside it, hollow."""
+
+    frame: pd.DataFrame
+    metric: str
+    title: str
+    reference: pd.DataFrame | None = None
+
+
+def paper_panels() -> list[Panel]:
+    """The paper's two panels, from Table 6."""
+    t6 = paper.table6_frame()
+    return [Panel(t6, metric, title) for metric, title in PAPER_PANELS]
+
+
+def _hue(frame: pd.DataFrame, hue: str) -> str:
+    # The paper's tables have no config columns: colour them by family.
+    return hue if hue in frame.columns else "family"
+
+
+def _colors(values: Sequence, hue: str) -> dict:
+    """Families in their fixed colours (:data:`analysis.style.FAMILY_COLORS`), other
+    values in palette order."""
+    if hue == "family":
+        spare = iter(c for c in style.PALETTE if c not in style.FAMILY_COLORS.values())
+        return {v: style.FAMILY_COLORS.get(v) or next(spare, "0.4") for v in values}
+    return style.model_colors(list(values))
+
+
+def _looks(panels: Sequence[Panel], hue: str) -> tuple[dict, dict[str, str]]:
+    """``({hue value: colour}, {size: marker})`` over every panel and reference, so a
+    family or a size looks the same in all panels."""
+    colors: dict = {}
+    sizes: list[str] = []
+    frames = [(p.frame, _hue(p.frame, hue)) for p in panels]
+    frames += [(p.reference, "family") for p in panels if p.reference is not None]
+    for frame, h in frames:
+        done = finished(frame, [h, "size"])
+        for value, color in _colors(hue_order(done, h), h).items():
+            colors.setdefault(value, color)
+        sizes += list(done["size"].astype(str))
+    return colors, style.size_markers(sizes)
+
+
+def _points(ax, data, metric, hue, colors, markers, *, gid, hollow=False) -> None:
+    for (value, size), group in data.groupby([hue, "size"], sort=False):
+        color = colors.get(value, "0.4")
+        ax.scatter(
+            group[X],
+            group[metric],
+            marker=markers[str(size)],
+            s=18 if hollow else 14,
+            facecolors="none" if hollow else color,
+            edgecolors=color,
+            linewidths=0.8 if hollow else 0.4,
+            zorder=2 if hollow else 3,
+            label=f"{value} {size}",
+            gid=gid,
+        )
+
+
+def plot(
+    ax,
+    panel: Panel,
+    *,
+    hue: str = "family",
+    fit: bool = False,
+    bootstrap: int = 200,
+    looks: tuple[dict, dict[str, str]] | None = None,
+) -> None:
+    """Draw one panel: points, a frontier per ``hue`` group, optionally the fitted law.
+
+    ``looks`` (colours and markers, from :func:`figure`) keeps them the same across
+    panels; by default they are this panel's own.
+    """
+    colors, markers = looks or _looks([panel], hue)
+    hue = _hue(panel.frame, hue)
+    metric = panel.metric
+    data = finished(panel.frame, [X, metric, hue, "size"])
+    if panel.reference is not None:
+        ref = finished(panel.reference, [X, metric, "family", "size"])
+        _points(ax, ref, metric, "family", colors, markers, gid="reference", hollow=True)
+    _points(ax, data, metric, hue, colors, markers, gid="points")
+    for value in hue_order(data, hue):
+        group = data[data[hue] == value]
+        front = group.iloc[pareto_frontier(group[X].to_numpy(float), group[metric])]
+        ax.plot(
+            front[X].to_numpy(),
+            front[metric].to_numpy(),
+            color=colors[value],
+            lw=1.0,
+            zorder=4,
+            label=f"{value} frontier",
+            gid="frontier",
+        )
+        if fit:
+            _fit(ax, group, metric, colors[value], bootstrap)
+    ax.set_xscale("log")
+    ax.set_xlabel(M.axis_label(X))
+    ax.set_ylabel(M.label(metric))
+    ax.set_title(panel.title)
+
+
+def _fit(ax, group: pd.DataFrame, metric: str, color: str, bootstrap: int) -> None:
+    """The law on this group's frontier; skipped when it cannot be fitted (fewer than
+    four distinct frontier points, an accuracy of 100%)."""
+    try:
+        law = scaling.fit_frontier(group, metric=metric, x=X, bootstrap=bootstrap)
+    except ValueError:
+        return
+    scaling.plot_fit(ax, law, color=color, extrapolate=3.0)
+
+
+def _legend(fig, colors: dict, markers: dict[str, str], *, reference: bool, fit: bool) -> None:
+    """Colours (drawn as the frontier line), then sizes (markers), the paper, the fit."""
+    handles = [style.line_handle(c) for c in colors.values()]
+    labels = [str(v) for v in colors]
+    handles += [style.marker_handle(m) for m in markers.values()]
+    labels += list(markers)
+    if reference:
+        handles.append(style.marker_handle("o", filled=False))
+        labels.append(REFERENCE_LABEL)
+    if fit:
+        handles.append(style.line_handle("0.3"))
+        labels.append(FIT_LABEL)
+    # A column per kind where the width allows: colours first, then sizes.
+    rows = max(len(colors), 1)
+    style.legend_below(fig, handles, labels, ncols=math.ceil(len(handles) / rows))
+
+
+def figure(
+    panels: Sequence[Panel], *, hue: str = "family", fit: bool = False, bootstrap: int = 200
+):
+    """Panels side by side (up to three per row, at most the page width), one legend
+    below them all: colours (with the frontier line), sizes, the paper's points, the fit."""
+    if not panels:
+        raise ValueError("fig5.figure: no panels to draw")
+    looks = _looks(panels, hue)
+    ncols = min(len(panels), _MAX_COLUMNS)
+    nrows = math.ceil(len(panels) / ncols)
+    with style.paper_style():
+        width = style.SINGLE_COLUMN if ncols == 1 else style.DOUBLE_COLUMN
+        fig, axes = style.new_figure(ncols, nrows, width=width)
+        for ax, panel in zip(axes, panels, strict=False):
+            plot(ax, panel, hue=hue, fit=fit, bootstrap=bootstrap, looks=looks)
+            ax.set_ylabel(two_lines(ax.get_ylabel()))
+            if ncols > 2:  # a third of the page is narrower than the compute label
+                ax.set_xlabel(two_lines(ax.get_xlabel(), limit=24))
+        for ax in axes[len(panels) :]:
+            ax.set_visible(False)
+        drawn_fit = any(ln.get_gid() == "fit" for ax in axes for ln in ax.lines)
+        reference = any(p.reference is not None for p in panels)
+        _legend(fig, *looks, reference=reference, fit=drawn_fit)
+    return fig
+
+
+def write(
+    panels: Sequence[Panel],
+    out_dir: str | os.PathLike,
+    *,
+    hue: str = "family",
+    fit: bool = False,
+    bootstrap: int = 200,
+    formats: Sequence[str] = style.FORMATS,
+    stem: str = "fig5_compute",
+) -> list[Path]:
+    """Write ``fig5_compute.<format>``; returns the paths."""
+    fig = figure(panels, hue=hue, fit=fit, bootstrap=bootstrap)
+    return save(fig, out_dir, stem, formats)
+
+
+def write_paper(
+    out_dir: str | os.PathLike,
+    *,
+    fit: bool = False,
+    bootstrap: int = 200,
+    formats: Sequence[str] = style.FORMATS,
+) -> list[Path]:
+    """Fig. 5 redrawn from Table 6: ``paper_fig5_compute.<format>``."""
+    return write(
+        paper_panels(),
+        out_dir,
+        fit=fit,
+        bootstrap=bootstrap,
+        formats=formats,
+        stem="paper_fig5_compute",
+    )
