@@ -18,6 +18,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -70,7 +71,7 @@ class TrainConfig:
     # Duration: exactly one of steps, epochs (of the subset) or examples.
     steps: int | None = None
     epochs: float | None = None
-    examples: int | None = None
+    examples: int | str | None = None  # 2121000000 or "2121M"
     batch_size: int = 256  # global: the same whatever the number of processes
     micro_batch_size: int | None = None  # per process; None: batch_size / processes
     loss: str | None = None  # "softmax" | "sigmoid"; None: sigmoid for multi-label sets
@@ -110,8 +111,8 @@ class UpstreamConfig:
 @dataclass
 class FinetuneConfig:
     datasets: list[str] = field(default_factory=list)
-    steps: int = 500
-    lrs: list[float] = field(default_factory=lambda: [0.001, 0.003, 0.01, 0.03])
+    steps: int | None = None  # None: the paper's per dataset (vitscale.data.registry)
+    lrs: list[float] | None = None  # None: the paper's grid per dataset
     batch_size: int = 512
     image_size: int | None = None  # None: the pre-training resolution
     val_fraction: float | None = None  # None: the dataset's default held-out slice
@@ -198,11 +199,32 @@ def to_steps(*, steps: int | None, epochs: float | None, examples: int | float |
         )
     if steps is not None:
         return int(steps)
+    if examples is not None:
+        from .data.subsets import parse_count
+
+        examples = parse_count(examples, what="train.examples")
     if epochs is not None:
         if num_examples is None:
             raise ValueError("train.epochs needs a dataset of known size; give train.steps or train.examples")
         examples = epochs * num_examples
     return max(1, -(-int(round(examples)) // batch_size))
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML reads YAML 1.1, where ``3e-4`` (no dot) is a string; researchers write
+    learning rates that way, so floats follow YAML 1.2 here."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$|^[-+]?\.(inf|Inf|INF)$|^\.(nan|NaN|NAN)$"),
+    list("-+0123456789."),
+)
+
+
+def yaml_load(text: str):
+    """Parse YAML text (configs, grids, profiles) with YAML 1.2 floats."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
 
 def _deep_merge(base: dict, update: dict) -> dict:
@@ -220,7 +242,7 @@ def load_yaml(path: str | Path) -> dict:
     if not path.is_file():
         raise ConfigError([f"config file not found: {path}"])
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml_load(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError([f"not valid YAML: {e}"], source=str(path)) from None
     if not isinstance(data, dict):
@@ -255,7 +277,7 @@ def apply_overrides(config: dict, overrides: list[str]) -> dict:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ConfigError([f"--set expects key=value (e.g. train.steps=100), got {item!r}"])
-        set_key(config, key, yaml.safe_load(raw))
+        set_key(config, key, yaml_load(raw))
     return config
 
 
@@ -313,7 +335,7 @@ def _get(d: dict, dotted: str) -> Any:
 
 
 def _check(cfg: Config, problems: list[str]) -> None:
-    from .data.subsets import parse_subset
+    from .data.subsets import parse_count, parse_subset
     from .models.names import check_resolution, parse
 
     d = cfg.to_dict()
@@ -335,11 +357,18 @@ def _check(cfg: Config, problems: list[str]) -> None:
             "train: give the duration exactly once as train.steps, train.epochs or train.examples"
             f" (got {', '.join(durations) or 'none'})"
         )
-    for key in ("steps", "epochs", "examples", "batch_size", "micro_batch_size", "log_every",
+    if t.examples is not None:
+        try:
+            parse_count(t.examples, what="train.examples")
+        except ValueError as e:
+            problems.append(str(e))
+    for key in ("steps", "epochs", "batch_size", "micro_batch_size", "log_every",
                 "checkpoint_every", "eval_every"):
         value = getattr(t, key)
         if value is not None and value <= 0:
             problems.append(f"train.{key} must be positive, got {value}")
+    if t.examples is not None and not problems and parse_count(t.examples) <= 0:
+        problems.append(f"train.examples must be positive, got {t.examples}")
     if t.micro_batch_size and t.batch_size % t.micro_batch_size:
         problems.append(f"train.micro_batch_size {t.micro_batch_size} must divide train.batch_size {t.batch_size}")
     if t.grad_clip < 0:
@@ -367,8 +396,10 @@ def _check(cfg: Config, problems: list[str]) -> None:
     if fs.seeds <= 0:
         problems.append(f"eval.fewshot.seeds must be positive, got {fs.seeds}")
     ft = cfg.eval.finetune
-    if ft.datasets and not ft.lrs:
-        problems.append("eval.finetune.lrs: give at least one learning rate")
+    if ft.lrs is not None and not ft.lrs:
+        problems.append("eval.finetune.lrs: give at least one learning rate (or leave it unset)")
+    if ft.steps is not None and ft.steps <= 0:
+        problems.append(f"eval.finetune.steps must be positive, got {ft.steps}")
     if ft.image_size is not None:
         try:
             check_resolution(parse(cfg.model.name), ft.image_size)

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from ..config import Config
 from ..data import build_dataset, build_loader, finetune_splits
+from ..data.registry import finetune_recipe
 from ..models import create_model
 from ..train.optim import lr_factor
 from .features import run_model
@@ -36,16 +37,25 @@ def _fresh_model(pretrained: torch.nn.Module, *, cfg: Config, num_classes: int, 
 
 
 def train_and_score(
-    pretrained: torch.nn.Module, *, cfg: Config, train_set, eval_set, lr: float, accelerator, image_size: int
+    pretrained: torch.nn.Module,
+    *,
+    cfg: Config,
+    train_set,
+    eval_set,
+    lr: float,
+    steps: int,
+    accelerator,
+    image_size: int,
 ) -> float:
-    """Fine-tune a fresh copy of ``pretrained`` on ``train_set``; top-1 on ``eval_set``."""
+    """Fine-tune a fresh copy of ``pretrained`` for ``steps`` on ``train_set``; top-1 on
+    ``eval_set``."""
     ft = cfg.eval.finetune
     model = _fresh_model(pretrained, cfg=cfg, num_classes=train_set.num_classes, image_size=image_size)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM, weight_decay=0.0)
-    warmup = int(WARMUP_FRACTION * ft.steps)
+    warmup = int(WARMUP_FRACTION * steps)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
-        lambda s: lr_factor(s, total_steps=ft.steps, warmup_steps=warmup, schedule="cosine", base_lr=lr, end_lr=0.0),
+        lambda s: lr_factor(s, total_steps=steps, warmup_steps=warmup, schedule="cosine", base_lr=lr, end_lr=0.0),
     )
     model, optimizer = accelerator.prepare(model, optimizer)
     world = accelerator.num_processes
@@ -56,7 +66,7 @@ def train_and_score(
         )
     )
     model.train()
-    for _ in range(ft.steps):
+    for _ in range(steps):
         images, targets = next(batches)
         with accelerator.autocast():
             loss = F.cross_entropy(model(images.to(accelerator.device)).float(), targets.to(accelerator.device))
@@ -76,13 +86,15 @@ def train_and_score(
 def finetune_and_score(pretrained: torch.nn.Module, *, cfg: Config, dataset: str, accelerator, image_size: int) -> float:
     """Choose the learning rate on the held-out slice, retrain on all of train, score test."""
     ft = cfg.eval.finetune
+    paper_steps, paper_lrs = finetune_recipe(dataset)
+    lrs = ft.lrs or list(paper_lrs)
     kw = dict(root=cfg.data.root, image_size=image_size, download=cfg.data.download, seed=cfg.seed)
     minitrain, val = finetune_splits(dataset, val_fraction=ft.val_fraction, **kw)
-    common = dict(cfg=cfg, accelerator=accelerator, image_size=image_size)
-    if len(ft.lrs) == 1:
-        best_lr = ft.lrs[0]
+    common = dict(cfg=cfg, accelerator=accelerator, image_size=image_size, steps=ft.steps or paper_steps)
+    if len(lrs) == 1:
+        best_lr = lrs[0]
     else:
-        scores = {lr: train_and_score(pretrained, train_set=minitrain, eval_set=val, lr=lr, **common) for lr in ft.lrs}
+        scores = {lr: train_and_score(pretrained, train_set=minitrain, eval_set=val, lr=lr, **common) for lr in lrs}
         best_lr = max(scores, key=scores.get)
     train = build_dataset(dataset, "train", **kw)
     test = build_dataset(dataset, "test", **kw)

@@ -80,7 +80,10 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
         print(json.dumps({"grid": grid.name, "cells": cells, "total": total}, indent=2, default=str))
         return 0
     print(f"grid {grid.name!r} ({grid.path}): {len(costs)} cells -> {runs_root / grid.name}/<cell id>/")
-    head = f"{'id':<10} {'model':<17} {'patch':>5} {'subset':>8} {'steps':>9} {'examples':>10} {'exaFLOPs':>10} {'GPU-h':>9}  state"
+    head = (
+        f"{'id':<10} {'model':<17} {'patch':>5} {'data':<12} {'subset':>8} {'steps':>9} "
+        f"{'examples':>10} {'exaFLOPs':>10} {'GPU-h':>9}  state"
+    )
     print(head)
     print("-" * len(head))
 
@@ -91,9 +94,10 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
         state = {"submit": "to run", "skip-done": "done (skipped)", "skip-running": "running",
                  "skip-queued": "queued", "skip-failed": "failed (no retries left)"}[actions[c.cell.id]]
         examples = None if c.examples_seen is None else _short(c.examples_seen)
+        d = c.cell.config.data
         print(
             f"{c.cell.id:<10} {c.cell.config.model.name:<17} {_patch(c.cell.config.model.name):>5} "
-            f"{str(c.cell.config.data.subset):>8} {fmt(c.steps, ','):>9} {fmt(examples, ''):>10} "
+            f"{_dataset(d.dataset):<12} {_subset(d.subset):>8} {fmt(c.steps, ','):>9} {fmt(examples, ''):>10} "
             f"{fmt(c.exaflops, '.4g'):>10} {fmt(c.gpu_hours, ',.1f'):>9}  {state}"
         )
     print("-" * len(head))
@@ -103,6 +107,16 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
         f"{total['to_run']} cells to run ({total['gpu_hours_to_run']:,.1f} GPU-hours), {total['done']} done"
     )
     return 0
+
+
+def _dataset(name: str) -> str:
+    """``multilabel:/datasets/jft300m`` -> ``jft300m``: the table names the folder."""
+    kind, sep, path = name.partition(":")
+    return Path(path).name if sep else name
+
+
+def _subset(subset) -> str:
+    return "all" if subset is None else str(subset)
 
 
 def _short(n: int) -> str:

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import yaml
 
+from ..config import yaml_load
+
 
 def parse_time(text: str | int) -> int:
     """SLURM time ``[D-]HH:MM:SS``, ``MM:SS`` or minutes -> minutes (rounded up)."""
@@ -103,7 +105,7 @@ def load_profile(path: str | Path) -> Profile:
         available = sorted(p.stem for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
         hint = f"; profiles there: {', '.join(available)}" if available else ""
         raise ValueError(f"cluster profile not found: {path}{hint}")
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = yaml_load(path.read_text()) or {}
     valid = [f.name for f in fields(Profile) if f.name != "name"]
     problems = []
     for key in raw:

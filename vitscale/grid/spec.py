@@ -41,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from ..config import Config, ConfigError, cell_id, resolve, set_key
+from ..config import Config, ConfigError, cell_id, resolve, set_key, yaml_load
 
 TOP_KEYS = ("name", "description", "base", "axes", "blocks", "retries", "resources")
 BLOCK_KEYS = ("name", "axes", "zip", "set")
@@ -131,7 +131,7 @@ def load_grid(path: str | Path, *, num_processes: int | None = None) -> Grid:
     if not path.is_file():
         raise GridError([f"{path}: grid file not found"])
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml_load(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise GridError([f"{path}: not valid YAML: {e}"]) from None
     if not isinstance(raw, dict):

@@ -1,0 +1,209 @@
+"""Grid files: expansion into cells with stable ids, validation, dry-run, the local
+executor, resubmission, retries, the cell lock and `vitscale status`."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vitscale import runfolder as rf
+from vitscale.cli import main
+from vitscale.grid.cellrun import cell_lock, run_cell
+from vitscale.grid.plan import plan, prepare
+from vitscale.grid.spec import GridError, load_grid
+
+from .conftest import tiny_config
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+
+
+def _write(tmp_path: Path, grid: dict, name: str = "g.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(grid, sort_keys=False))
+    return path
+
+
+def _tiny_grid(**extra) -> dict:
+    base = tiny_config(train={"steps": 4, "eval_every": None, "checkpoint_every": None},
+                       eval={"fewshot": {"datasets": []}, "upstream": {"examples": 0}})
+    return {"name": "tiny", "base": base, "blocks": [{"name": "vit", "axes": {"seed": [0, 1]}}]} | extra
+
+
+# --------------------------------------------------------------------------- expansion
+
+
+def test_union_of_products_with_zip_and_collapsing_duplicates(tmp_path):
+    grid = {
+        "name": "mixed",
+        "base": tiny_config(),
+        "axes": {"data.subset": [256, 512]},
+        "blocks": [
+            {"name": "vit", "axes": {"model.name": ["ViT-Pico/4", "ViT-Pico/8"], "seed": [0, 1]}},
+            {"name": "bit", "zip": {"model.name": ["BiT-R14x0.5", "BiT-R26x0.5"], "optim.lr": [1e-3, 3e-4]}},
+            {"name": "again", "set": {"seed": 0}, "axes": {"model.name": ["ViT-Pico/4"]}},  # already in vit
+        ],
+    }
+    g = load_grid(_write(tmp_path, grid))
+    assert len(g.cells) == 2 * (2 * 2 + 2)  # the "again" block collapses into "vit"
+    assert len({c.id for c in g.cells}) == len(g.cells)
+    bit = {(c.config.model.name, c.config.optim.lr) for c in g.cells if c.block == "bit"}
+    assert bit == {("BiT-R14x0.5", 1e-3), ("BiT-R26x0.5", 3e-4)}
+    assert {c.config.grid for c in g.cells} == {"mixed"}
+
+
+def _shuffle_keys(obj, rng):
+    if isinstance(obj, dict):
+        items = list(obj.items())
+        rng.shuffle(items)
+        return {k: _shuffle_keys(v, rng) for k, v in items}
+    if isinstance(obj, list):
+        return [_shuffle_keys(v, rng) for v in obj]
+    return obj
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    seeds=st.lists(st.integers(0, 50), min_size=1, max_size=4),
+    lrs=st.lists(st.sampled_from([1e-4, 3e-4, 1e-3, 3e-3]), min_size=1, max_size=3),
+    shuffle=st.integers(0, 2**16),
+)
+def test_ids_are_stable_under_key_order_and_unique_per_config(tmp_path_factory, seeds, lrs, shuffle):
+    tmp = tmp_path_factory.mktemp("grid")
+    grid = {"name": "p", "base": tiny_config(), "blocks": [{"name": "b", "axes": {"seed": seeds, "optim.lr": lrs}}]}
+    cells = load_grid(_write(tmp, grid)).cells
+    assert len(cells) == len(set(seeds)) * len(set(lrs))  # duplicates collapse, nothing else does
+    shuffled = load_grid(_write(tmp, _shuffle_keys(grid, random.Random(shuffle)), "s.yaml")).cells
+    assert sorted(c.id for c in cells) == sorted(c.id for c in shuffled)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _errors(path: Path, capsys, *argv) -> str:
+    assert main(["grid", str(path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err
+
+
+def test_every_problem_is_named_with_file_block_and_key(tmp_path, capsys):
+    grid = {
+        "name": "bad",
+        "base": tiny_config(),
+        "retires": 2,
+        "blocks": [
+            {"name": "vit", "axes": {"model.name": ["ViT-Pico/5", "ViT-Q/4"], "train.stpes": [3]}},
+            {"name": "bit", "axis": {"model.name": ["BiT-R50x1"]}},
+        ],
+    }
+    path = _write(tmp_path, grid)
+    err = _errors(path, capsys, "--dry-run")
+    assert f"{path}: unknown key 'retires'; did you mean 'retries'?" in err
+    assert f"{path}: block 'vit': unknown key 'train.stpes'; did you mean train.steps?" in err
+    assert "block 'vit': model.name: ViT-Pico/5: patch size 5 does not divide resolution 32" in err
+    assert "unknown ViT size 'Q'" in err and "valid sizes:" in err
+    assert f"{path}: block 'bit': unknown key 'axis'; did you mean 'axes'?" in err
+    assert err.count("train.stpes") == 1  # one message per problem, not one per cell
+
+
+def test_data_and_resources_are_checked_before_anything_runs(tmp_path, capsys):
+    profile = tmp_path / "small.yaml"
+    profile.write_text("partition: gpu\ngpus_per_node: 4\nmax_nodes: 1\ntime_limit: '04:00:00'\n")
+    grid = _tiny_grid(
+        blocks=[
+            {"name": "big-subset", "set": {"data.dataset": "synthetic-glyphs", "data.subset": 5000}},
+            {"name": "missing", "set": {"data.dataset": f"imagefolder:{tmp_path}/nowhere"}},
+        ],
+        resources={"default": {"gpus": 8, "time": "24:00:00"}},
+    )
+    err = _errors(_write(tmp_path, grid), capsys, "--executor", "slurm", "--profile", str(profile))
+    assert "block 'big-subset': data: synthetic-glyphs: subset: 5000 asks for 5,000 examples but the split has only 2,000" in err
+    assert f"block 'missing': data: imagefolder:{tmp_path}/nowhere: nothing under {tmp_path}/nowhere" in err
+    assert "resources: gpus=8 on 1 node(s) but profile 'small' has 4 GPUs per node" in err
+    assert "time=24:00:00 exceeds profile 'small' limit 04:00:00" in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_paper_grids_expand_and_cost_what_table6_says(capsys):
+    assert main(["grid", str(EXPERIMENTS / "fig5_compute.yaml"), "--dry-run", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["cells"]) == 18  # every row of Table 6
+    from vitscale.paper import table6
+
+    paper_total = sum(float(r["pretrain_exaflops"]) for r in table6())
+    assert out["total"]["exaflops"] == pytest.approx(paper_total, rel=0.01)
+    for name, cells in (("fig3_pretrain_datasets", 14), ("fig4_data_requirements", 24)):
+        assert main(["grid", str(EXPERIMENTS / f"{name}.yaml"), "--dry-run", "--json"]) == 0
+        assert len(json.loads(capsys.readouterr().out)["cells"]) == cells
+
+
+# --------------------------------------------------------------------------- running
+
+
+@pytest.fixture(scope="module")
+def finished_grid(tmp_path_factory):
+    """The tiny grid run once by the local executor with two workers."""
+    tmp = tmp_path_factory.mktemp("local")
+    path = _write(tmp, _tiny_grid())
+    runs = tmp / "runs"
+    assert main(["grid", str(path), "--executor", "local", "--workers", "2", "--runs", str(runs)]) == 0
+    return path, runs
+
+
+def test_local_executor_runs_every_cell_once(finished_grid, capsys):
+    path, runs = finished_grid
+    cells = load_grid(path).cells
+    for cell in cells:
+        result = rf.read_json(runs / "tiny" / cell.id / rf.RESULT)
+        assert result["status"] == rf.STATUS_DONE and result["restarts"] == 0
+        assert (runs / "tiny" / cell.id / "log.txt").is_file()
+    # Resubmitting runs nothing: every cell is done.
+    assert main(["grid", str(path), "--executor", "local", "--runs", str(runs)]) == 0
+    assert "2 skip-done" in capsys.readouterr().out
+    assert main(["grid", str(path), "--dry-run", "--json", "--runs", str(runs)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {c["action"] for c in out["cells"]} == {"skip-done"} and out["total"]["to_run"] == 0
+
+
+def test_status_reports_every_cell(finished_grid, capsys):
+    _, runs = finished_grid
+    assert main(["status", str(runs), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["cells"]
+    assert len(rows) == 2 and {r["status"] for r in rows} == {"done"}
+    assert {r["last_step"] for r in rows} == {4} and {r["total_steps"] for r in rows} == {4}
+    assert main(["status", str(runs)]) == 0
+    assert "2 cells: 2 done, 0 running, 0 pending, 0 failed" in capsys.readouterr().out
+
+
+def test_failed_cells_are_retried_up_to_the_configured_count(tmp_path):
+    g = load_grid(_write(tmp_path, _tiny_grid(retries=1)))
+    runs = tmp_path / "runs"
+    first = plan(g, runs)[0]
+    prepare(first)
+    failed = {"status": rf.STATUS_FAILED, "error": "non-finite loss at step 3", "failed_step": 3}
+    rf.write_json_atomic(first.run_dir / rf.RESULT, failed)
+    again = plan(g, runs)[0]
+    assert (again.action, again.note) == ("submit", "retry 1/1")
+    prepare(again)  # the failure is kept beside, under its attempt number
+    assert rf.read_json(first.run_dir / "result.failed-1.json")["failed_step"] == 3
+    rf.write_json_atomic(first.run_dir / rf.RESULT, failed)
+    assert plan(g, runs)[0].action == "skip-failed"
+
+
+def test_a_held_cell_is_neither_planned_nor_run_twice(tmp_path, capsys):
+    g = load_grid(_write(tmp_path, _tiny_grid()))
+    runs = tmp_path / "runs"
+    item = plan(g, runs)[0]
+    prepare(item)
+    with cell_lock(item.run_dir) as acquired:
+        assert acquired
+        assert plan(g, runs)[0].action == "skip-running"
+        assert run_cell(item.run_dir) == 0  # another process holds it: leaves it alone
+        assert "another process is running this cell" in capsys.readouterr().out
+        assert not (item.run_dir / rf.RESULT).exists()
