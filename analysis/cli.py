@@ -350,3 +350,56 @@ def run_fit(args: argparse.Namespace) -> int:
     if not results:
         raise _user_error(f"no group could be fitted ({'; '.join(failures.values())})")
     return 0
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def configure_summary(p: argparse.ArgumentParser) -> None:
+    _add_runs(p)
+    p.add_argument(
+        "--metric",
+        metavar="COLUMN",
+        help="accuracy column to compare (default: the mean over transfer tasks of the best "
+        "--shots-shot accuracy)",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run_summary(args: argparse.Namespace) -> int:
+    """Handler of ``vitscale summary``: cells by model and subset, and the verdict."""
+    import json
+
+    from analysis import metrics as M
+    from analysis import summary
+
+    if not args.runs:
+        raise _user_error("vitscale summary: give RUNS_DIR...")
+    cells = _load(args.runs, progress=False)
+    try:
+        s = summary.summarise(cells, metric=args.metric, shots=args.shots)
+    except ValueError as e:
+        raise _user_error(str(e)) from None
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "metric": s.metric,
+                    "by_model": {
+                        m: {str(int(k)): v for k, v in row.dropna().items()}
+                        for m, row in s.by_model.iterrows()
+                    },
+                    "by_subset": {str(k): row.to_dict() for k, row in s.by_subset.iterrows()},
+                    "compute": {f: row.to_dict() for f, row in s.compute.iterrows()},
+                    "verdict": s.lines(),
+                },
+                indent=2,
+            )
+        )
+        return 0
+    table = s.by_model.rename(columns=lambda n: f"{int(n):,}")
+    print(f"{M.label(s.metric)}, by model and pre-training images:")
+    print(table.round(1).to_string(na_rep="-"))
+    print()
+    print("\n".join(s.lines()))
+    return 0

@@ -29,9 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vitscale.flops import count  # noqa: E402
 from vitscale.models import create_model, parse  # noqa: E402
-
-# Dense bf16 peak (no sparsity) from the vendors' data sheets, FLOP/s.
-PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
+from vitscale.train.runtime import peak_flops  # noqa: E402
 
 
 def reference_models(name: str, *, image_size: int, num_classes: int) -> dict[str, torch.nn.Module]:
@@ -154,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
         c = count(args.model, args.image_size, num_classes=args.num_classes)
         achieved = medians["ours"] * 3 * c.flops
         gpu = torch.cuda.get_device_name()
-        peak = next((v for k, v in PEAK_BF16.items() if k in gpu), None)
+        peak = peak_flops(device)
         print(
             f"  {gpu}: {achieved / 1e12:.1f} TFLOP/s model FLOPs (3 x {c.flops / 1e9:.2f} GFLOP/image)"
         )

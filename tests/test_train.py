@@ -15,6 +15,7 @@ import torch
 
 from vitscale import runfolder as rf
 from vitscale.train import Preempted, checkpoint, loop, train
+from vitscale.train.timing import PHASES
 
 from .conftest import tiny_config
 
@@ -76,6 +77,9 @@ def test_run_folder_contract(uninterrupted):
     assert [r[rf.STEP] for r in evals] == [6, 12]
     assert result["best"][key] == max(r[key] for r in evals)
     assert rows[-1][key] == pytest.approx((rows[-1][key + "/seed0"] + rows[-1][key + "/seed1"]) / 2)
+    # Where the time went, by phase (benchmarks/overhead.py reads it).
+    assert set(result["time_s"]) == set(PHASES) and result["time_s"]["step"] > 0
+    assert sum(result["time_s"].values()) <= result["wall_clock_s"]
     # One complete checkpoint, loadable without unpickling code.
     (ckpt,) = (uninterrupted / rf.CHECKPOINTS).iterdir()
     state = torch.load(ckpt / checkpoint.STATE, weights_only=True)

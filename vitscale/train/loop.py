@@ -33,6 +33,7 @@ from . import checkpoint
 from .optim import build_adamw, build_schedule
 from .runtime import make_accelerator, peak_flops
 from .signals import Preempted, PreemptionFlag
+from .timing import Stopwatch
 
 __all__ = ["train", "Preempted", "TrainingFailed"]
 
@@ -66,6 +67,7 @@ def _micro_batches(images: torch.Tensor, targets: torch.Tensor, size: int):
 def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
     run_dir = Path(workdir)
     started = time.time()
+    setup_started = time.perf_counter()
 
     # 1. Config and launch ------------------------------------------------------------
     cfg = config if isinstance(config, Config) else resolve(config)
@@ -119,7 +121,7 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
 
     # 4. Resume -----------------------------------------------------------------------
     ckpt_dir = run_dir / rf.CHECKPOINTS
-    progress = {"step": 0, "best": {}, "elapsed_s": 0.0, "restarts": 0}
+    progress = {"step": 0, "best": {}, "elapsed_s": 0.0, "restarts": 0, "time_s": {}}
     if (latest := checkpoint.latest(ckpt_dir)) is not None:
         state, rng = checkpoint.load(latest, rank=rank)
         unwrapped.load_state_dict(state["model"])
@@ -130,6 +132,7 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
             checkpoint.set_rng_state(rng)
         accelerator.print(f"resumed from {latest} (step {progress['step']}, restart {progress['restarts']})")
     step = progress["step"]
+    watch = Stopwatch(progress.get("time_s"))
 
     tracker = Tracker(run_dir=run_dir, config=resolved, cell_id=cid, enabled=is_main, resume_step=step)
     evaluator = TransferEvaluator(cfg, accelerator=accelerator, upstream_num_classes=train_set.num_classes)
@@ -153,7 +156,8 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
             "model": unwrapped.state_dict(),
             "optimizer": optimizer.state_dict(),
             "schedule": schedule.state_dict(),
-            "progress": progress | {"step": step, "elapsed_s": progress["elapsed_s"] + time.time() - started},
+            "progress": progress
+            | {"step": step, "elapsed_s": progress["elapsed_s"] + time.time() - started, "time_s": watch.totals},
         }
         checkpoint.save(
             ckpt_dir, step=step, state=state, rank=rank, num_processes=world, barrier=accelerator.wait_for_everyone
@@ -174,6 +178,7 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
             "params": cost.params, "wall_clock_s": wall, "device_hours": wall * world / 3600,
             "final": final or {}, "best": dict(progress["best"]), "finetune": tuned or {},
             "precision": precision, "num_processes": world, "restarts": progress["restarts"],
+            "time_s": dict(watch.totals),
         }
         if is_main:
             rf.write_json_atomic(run_dir / rf.RESULT, result)
@@ -183,37 +188,42 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
 
     # 5. The loop ---------------------------------------------------------------------
     model.train()
+    watch.totals["setup"] += time.perf_counter() - setup_started
     last_log = (time.time(), step)
     final_metrics: dict[str, Any] = {}
     try:
         with PreemptionFlag() as preemption:
             while step < total_steps:
-                images, targets = next(batches)
-                images, targets = images.to(device, non_blocking=True), targets.to(device, non_blocking=True)
-                loss_sum = torch.zeros((), device=device)
-                for i, (x, y) in enumerate(_micro_batches(images, targets, micro)):
-                    sync = i == accumulation - 1
-                    with accelerator.no_sync(model) if not sync else contextlib.nullcontext(), accelerator.autocast():
-                        loss = loss_fn(model(x), y, kind=loss_kind, label_smoothing=cfg.train.label_smoothing)
-                    accelerator.backward(loss / accumulation)
-                    loss_sum += loss.detach()
-                grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.train.grad_clip or float("inf"))
-                local_loss = loss_sum / accumulation
-                flags = torch.tensor(
-                    [float(not torch.isfinite(local_loss) or not torch.isfinite(grad_norm)), float(preemption.requested)],
-                    device=device,
-                )
-                flags = accelerator.reduce(flags, reduction="sum") if world > 1 else flags
-                if flags[0] > 0:
-                    error = f"non-finite loss at step {step + 1}: stopped; last good checkpoint kept"
-                    final_metrics = {rf.TRAIN_LOSS: float(local_loss)}
-                    raise TrainingFailed(error, step + 1)
-                optimizer.step()
-                schedule.step()
-                optimizer.zero_grad(set_to_none=True)
+                with watch("data"):
+                    images, targets = next(batches)
+                    images, targets = images.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+                with watch("step"):
+                    loss_sum = torch.zeros((), device=device)
+                    for i, (x, y) in enumerate(_micro_batches(images, targets, micro)):
+                        sync = i == accumulation - 1
+                        with accelerator.no_sync(model) if not sync else contextlib.nullcontext(), accelerator.autocast():
+                            loss = loss_fn(model(x), y, kind=loss_kind, label_smoothing=cfg.train.label_smoothing)
+                        accelerator.backward(loss / accumulation)
+                        loss_sum += loss.detach()
+                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.train.grad_clip or float("inf"))
+                    local_loss = loss_sum / accumulation
+                    flags = torch.tensor(
+                        [float(not torch.isfinite(local_loss) or not torch.isfinite(grad_norm)),
+                         float(preemption.requested)],
+                        device=device,
+                    )
+                    flags = accelerator.reduce(flags, reduction="sum") if world > 1 else flags
+                    if flags[0] > 0:
+                        error = f"non-finite loss at step {step + 1}: stopped; last good checkpoint kept"
+                        final_metrics = {rf.TRAIN_LOSS: float(local_loss)}
+                        raise TrainingFailed(error, step + 1)
+                    optimizer.step()
+                    schedule.step()
+                    optimizer.zero_grad(set_to_none=True)
                 step += 1
 
                 row: dict[str, Any] = {}
+                log_started = time.perf_counter()
                 if step % cfg.train.log_every == 0 or step == total_steps:
                     mean_loss = accelerator.reduce(local_loss, reduction="mean") if world > 1 else local_loss
                     now = time.time()
@@ -223,16 +233,20 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
                             "train/grad_norm": float(grad_norm), rf.THROUGHPUT: rate}
                     if peak:
                         row[rf.MFU] = rate * 3 * cost.flops / peak
+                watch.totals["log"] += time.perf_counter() - log_started
                 if step == total_steps or (cfg.train.eval_every and step % cfg.train.eval_every == 0):
                     model.eval()
-                    row |= evaluate()
+                    with watch("eval"):
+                        row |= evaluate()
                     model.train()
                 if row:
-                    tracker.log({rf.STEP: step, rf.EXAMPLES_SEEN: examples_seen(step), rf.EXAFLOPS: exaflops(step)} | row)
+                    with watch("log"):
+                        tracker.log({rf.STEP: step, rf.EXAMPLES_SEEN: examples_seen(step), rf.EXAFLOPS: exaflops(step)} | row)
                     final_metrics |= row
                 periodic = cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0
                 if periodic or step == total_steps or flags[1] > 0:
-                    save_checkpoint()
+                    with watch("checkpoint"):
+                        save_checkpoint()
                 if flags[1] > 0 and step < total_steps:
                     raise Preempted(step, preemption.signal_name)
     except Preempted:
@@ -247,8 +261,10 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
     # 6. Fine-tuning and result -------------------------------------------------------
     model.eval()
     if not final_metrics:  # resumed after the last step (a crash during fine-tuning)
-        final_metrics = evaluate()
-    tuned = evaluator.finetune(unwrapped, pretrain_image_size=d.image_size)
+        with watch("eval"):
+            final_metrics = evaluate()
+    with watch("finetune"):
+        tuned = evaluator.finetune(unwrapped, pretrain_image_size=d.image_size)
     if tuned:
         final_metrics |= {rf.finetune_key(ds): acc for ds, acc in tuned.items()}
         progress["best"] |= {rf.finetune_key(ds): acc for ds, acc in tuned.items()}
