@@ -128,9 +128,9 @@ def _short(n: int) -> str:
 
 def grid(
     path: Path, *, runs_root: Path, dry_run: bool, as_json: bool, executor: str, workers: int, processes: int,
-    profile_path: str | None,
+    profile_path: str | None, overrides: list[str] = (),
 ) -> int:
-    g = load_grid(path)
+    g = load_grid(path, overrides=list(overrides))
     profile = load_profile(profile_path) if profile_path else None
     if dry_run:
         return print_dry_run(g, runs_root, profile, as_json=as_json)

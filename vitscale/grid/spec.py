@@ -125,8 +125,14 @@ def _points(block: dict, where: str, problems: list[str]) -> list[dict[str, Any]
     return points
 
 
-def load_grid(path: str | Path, *, num_processes: int | None = None) -> Grid:
-    """Parse, expand and validate a grid file; GridError lists every problem found."""
+def load_grid(
+    path: str | Path, *, num_processes: int | None = None, overrides: list[str] = ()
+) -> Grid:
+    """Parse, expand and validate a grid file; GridError lists every problem found.
+
+    ``overrides`` (``["train.steps=10"]``, values as YAML) apply to every cell last, e.g.
+    to try a grid at a fraction of its steps; they change the cells' ids like any edit.
+    """
     path = Path(path)
     if not path.is_file():
         raise GridError([f"{path}: grid file not found"])
@@ -176,7 +182,7 @@ def load_grid(path: str | Path, *, num_processes: int | None = None) -> Grid:
                     config = copy.deepcopy(base)
                     for key, value in (fixed | point | {"grid": name}).items():
                         set_key(config, key, value)
-                    resolved = resolve(config, num_processes=num_processes)
+                    resolved = resolve(config, overrides=overrides, num_processes=num_processes)
                 except ConfigError as e:
                     for p in e.problems:
                         if p not in reported:  # one message per problem, not per cell
