@@ -7,6 +7,7 @@ job that dies without writing a result is only seen as over once `sacct` reports
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -24,9 +25,12 @@ def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
 
 
-@pytest.fixture(scope="module")
-def cluster() -> None:
-    """Bring the cluster up (fast when it already is); in CI a failure fails loudly."""
+def ensure_cluster() -> str:
+    """Bring the cluster up (fast when it already is) and return what `up` said.
+
+    Skips without root outside CI; in CI (``CI`` set) the SLURM tests must run, so a
+    failure to start fails loudly instead.
+    """
     if os.geteuid() != 0 and not os.environ.get("CI"):
         pytest.skip(f"{SCRIPT} up needs root (installs packages, starts daemons); CI is not set")
     # From scratch `up` installs Debian packages: allow for a slow mirror.
@@ -35,6 +39,26 @@ def cluster() -> None:
         pytest.fail(
             f"{SCRIPT} up failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr}",
             pytrace=False,
+        )
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def cluster() -> None:
+    ensure_cluster()
+
+
+def test_up_is_idempotent_and_status_reports_every_daemon(cluster: None) -> None:
+    started = time.monotonic()
+    again = _run(str(SCRIPT), "up")
+    assert again.returncode == 0, again.stderr
+    assert "already up" in again.stdout  # nothing restarted
+    assert time.monotonic() - started < 10
+    status = _run(str(SCRIPT), "status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    for daemon in ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd"):
+        assert re.search(rf"^{daemon}\s+running \(pid \d+\)$", status.stdout, re.MULTILINE), (
+            status.stdout
         )
 
 

@@ -128,7 +128,7 @@ def _short(n: int) -> str:
 
 def grid(
     path: Path, *, runs_root: Path, dry_run: bool, as_json: bool, executor: str, workers: int, processes: int,
-    profile_path: str | None, overrides: list[str] = (),
+    profile_path: str | None, overrides: list[str] = (), wait: bool = False,
 ) -> int:
     g = load_grid(path, overrides=list(overrides))
     profile = load_profile(profile_path) if profile_path else None
@@ -146,9 +146,10 @@ def grid(
         failed = [cid for cid, code in codes.items() if code not in (0, 75)]
         print(f"{len(codes)} cells run, {len(failed)} failed; `vitscale status {runs_root / g.name}` for details")
         return 1 if failed else 0
-    from .slurm import submit
+    from . import slurm
 
-    return submit(g, runs_root=runs_root, profile=profile)
+    code = slurm.submit(g, runs_root=runs_root, profile=profile)
+    return slurm.wait(g, runs_root=runs_root) if wait and code == 0 else code
 
 
 def _print_plan(planned) -> None:

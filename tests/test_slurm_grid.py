@@ -1,0 +1,384 @@
+"""Grids on SLURM: submission as a job array, requeue mid-training, resume, resubmission.
+
+The end-to-end test submits a 3-cell grid to the local cluster (`slurm/local-cluster.sh`)
+with `slurm/profiles/local.yaml`, then interrupts two running cells the two ways a cluster
+does: SIGUSR1 to the job's processes (what ``--signal=USR1@N`` sends before a time limit;
+submitit's checkpoint/requeue protocol) and ``scontrol requeue`` (what a preemption does:
+SIGTERM, then SLURM requeues). Both must resume from their checkpoints and finish exactly
+as an uninterrupted run of the same cell.
+
+The tests above it check the translation from grid resources and profiles to sbatch
+options and to torch.distributed's environment; they need no cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from vitscale import runfolder as rf
+from vitscale.cli import main
+from vitscale.grid.plan import JOB_FILE
+from vitscale.grid.profile import load_profile
+from vitscale.grid.slurm import (
+    ACTIVE_STATES,
+    Shape,
+    SlurmError,
+    distributed_env,
+    executor_parameters,
+    job_state,
+    shape_for,
+)
+
+from .test_local_cluster import ensure_cluster
+
+PROFILES = Path(__file__).resolve().parents[1] / "slurm" / "profiles"
+LOCAL_PROFILE = PROFILES / "local.yaml"
+STEPS = 60
+
+GRID = f"""\
+name: slurm-test
+base:
+  model: {{name: ViT-Pico/4}}
+  data: {{dataset: synthetic, image_size: 32, subset: 2k}}
+  train: {{steps: {STEPS}, batch_size: 32, log_every: 1}}
+  eval:
+    fewshot: {{datasets: [synthetic-glyphs], shots: [5], seeds: 1, test_examples: 200}}
+    upstream: {{examples: 0}}
+  wandb: {{mode: disabled}}
+axes:
+  seed: [0, 1, 2]
+resources:
+  default: {{time: "00:10:00"}}
+"""
+
+
+# --------------------------------------------------------------------------- no cluster
+
+
+def test_gpu_cells_get_one_task_per_gpu_and_the_profile_options() -> None:
+    profile = load_profile(PROFILES / "h100x8.yaml")
+    shape = shape_for({"nodes": 2, "gpus": 16, "mem_gb": 1500, "time": "1-00:00:00"}, profile)
+    assert shape == Shape(
+        nodes=2,
+        tasks_per_node=8,
+        gpus_per_node=8,
+        cpus_per_task=14,
+        mem_mb=1500 * 1024,
+        time_min=24 * 60,
+    )
+    params = executor_parameters(shape, profile, job_name="fig5")
+    script = _sbatch_script(params)
+    for option in (
+        "--nodes=2",
+        "--ntasks-per-node=8",
+        "--gpus-per-node=8",
+        "--cpus-per-task=14",
+        "--mem=1536000M",
+        "--time=1440",
+        "--partition=gpu",
+        "--account=my-lab",
+        "--qos=normal",
+        "--constraint=h100",
+        "--signal=USR1@300",  # the trainer's signal, not submitit's default USR2
+        "--requeue",
+    ):
+        assert f"#SBATCH {option}\n" in script, option
+    # submitit's handler in the job must listen for the same signal; the profile's setup runs too.
+    assert "export SUBMITIT_PREEMPT_SIGNAL=USR1\n" in script
+    assert "module load cuda/12.4\n" in script
+
+
+def test_cpu_cells_default_to_one_cpu_and_the_profile_time_limit() -> None:
+    profile = load_profile(LOCAL_PROFILE)
+    shape = shape_for({}, profile)
+    assert shape == Shape(
+        nodes=1, tasks_per_node=1, gpus_per_node=0, cpus_per_task=1, mem_mb=None, time_min=240
+    )
+    script = _sbatch_script(executor_parameters(shape, profile, job_name="demo"))
+    assert "--gpus-per-node" not in script and "--mem" not in script  # the cluster's defaults
+    assert "#SBATCH --partition=debug\n" in script
+
+
+def test_gpus_that_do_not_split_over_nodes_are_refused() -> None:
+    profile = load_profile(PROFILES / "h100x8.yaml")
+    with pytest.raises(
+        SlurmError, match=r"grid.yaml: resources: gpus=10 does not split evenly over nodes=4"
+    ):
+        shape_for({"nodes": 4, "gpus": 10}, profile, where="grid.yaml: resources")
+
+
+def test_a_time_limit_within_the_signal_margin_is_refused() -> None:
+    # SLURM may send --signal up to 60 s early: such a job would be signalled at once and
+    # requeue itself forever.
+    profile = load_profile(LOCAL_PROFILE)  # signal_delay_s: 30
+    with pytest.raises(SlurmError, match=r"time=1 min is too short .* ask for more than 2 min"):
+        shape_for({"time": "00:01:00"}, profile)
+    assert shape_for({"time": "00:02:00"}, profile).time_min == 2
+
+
+def test_distributed_env_comes_from_submitits_job_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import submitit
+
+    slurm_env = {
+        "SUBMITIT_EXECUTOR": "slurm",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_NTASKS": "16",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_NODEID": "1",
+        "SLURM_PROCID": "11",
+        "SLURM_LOCALID": "3",
+        "SLURM_JOB_NODELIST": "gpu[007-008]",
+    }
+    for key, value in slurm_env.items():
+        monkeypatch.setenv(key, value)
+    env = distributed_env(submitit.JobEnvironment())
+    assert env == {
+        "RANK": "11",
+        "WORLD_SIZE": "16",
+        "LOCAL_RANK": "3",
+        "LOCAL_WORLD_SIZE": "8",
+        "NODE_RANK": "1",
+        "MASTER_ADDR": "gpu007",  # the first node hosts rank 0
+        "MASTER_PORT": str(20000 + 4242 % 40000),
+    }
+
+
+def test_a_cell_never_submitted_has_no_job_state(tmp_path: Path) -> None:
+    assert job_state(tmp_path) is None
+    (tmp_path / JOB_FILE).write_text("{not json")
+    assert job_state(tmp_path) is None
+
+
+def _sbatch_script(params: dict) -> str:
+    """The job script submitit writes for these executor parameters."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    return _make_sbatch_string(
+        command="python -m submitit.core._submit FOLDER", folder="/logs/%j", **params
+    )
+
+
+# --------------------------------------------------------------------------- the cluster
+
+
+@pytest.fixture(scope="module")
+def cluster() -> None:
+    ensure_cluster()
+
+
+def _slurm(*args: str) -> str:
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, f"{' '.join(args)} failed: {done.stderr}"
+    return done.stdout
+
+
+def _vitscale(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    capsys.readouterr()
+    code = main(list(args))
+    out = capsys.readouterr()
+    assert code == 0, f"vitscale {' '.join(args)} exited {code}:\n{out.out}\n{out.err}"
+    return out.out
+
+
+def _steps(run_dir: Path) -> list[int]:
+    path = run_dir / rf.METRICS
+    return [row[rf.STEP] for row in rf.iter_metrics(path)] if path.is_file() else []
+
+
+def _job_id(run_dir: Path) -> str:
+    return json.loads((run_dir / JOB_FILE).read_text())["job_id"]
+
+
+def _result(run_dir: Path) -> dict | None:
+    path = run_dir / rf.RESULT
+    return rf.read_json(path) if path.is_file() else None
+
+
+def _wait(what: str, predicate, *, timeout_s: float, debug) -> object:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.2)
+    pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}\n{debug()}", pytrace=False)
+
+
+def _mid_training(cells: list[Path], exclude: set[Path]) -> Path | None:
+    """A cell that has trained a few steps and has many left (so a signal lands mid-way)."""
+    for cell in cells:
+        if cell not in exclude and 3 <= len(_steps(cell)) <= STEPS // 2:
+            return cell
+    return None
+
+
+def _runs_of(job_id: str) -> list[str]:
+    """Every run of a job in accounting, requeued ones included: their final states."""
+    out = _slurm(
+        "sacct",
+        "--jobs",
+        job_id,
+        "--duplicates",
+        "--allocations",
+        "--noheader",
+        "--parsable2",
+        "--format=JobID,State",
+    )
+    return [
+        line.split("|")[1].split()[0] for line in out.splitlines() if line.split("|")[0] == job_id
+    ]
+
+
+def _model_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    state = run_dir / rf.CHECKPOINTS / f"step_{STEPS:09d}" / "state.pt"
+    return torch.load(state, map_location="cpu", weights_only=True)["model"]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_grid_array_survives_requeue_and_resubmits_nothing(
+    cluster: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    grid_file = tmp_path / "grid.yaml"
+    grid_file.write_text(GRID)
+    runs = tmp_path / "runs"
+    submit_args = [
+        "grid",
+        str(grid_file),
+        "--executor",
+        "slurm",
+        "--profile",
+        str(LOCAL_PROFILE),
+        "--runs",
+        str(runs),
+    ]
+
+    out = _vitscale(capsys, *submit_args)
+    assert "3 submit" in out and "submitted 3 cell(s) as job" in out, out
+    cells = sorted(p.parent for p in (runs / "slurm-test").glob(f"*/{JOB_FILE}"))
+    assert len(cells) == 3
+    jobs = {cell: _job_id(cell) for cell in cells}
+    # One job array, one task per cell.
+    arrays = {job.split("_")[0] for job in jobs.values()}
+    assert len(arrays) == 1 and sorted(job.split("_")[1] for job in jobs.values()) == [
+        "0",
+        "1",
+        "2",
+    ], jobs
+    (array,) = arrays
+
+    def debug() -> str:
+        logs = "\n".join(
+            f"--- {c.name} steps={len(_steps(c))} job={jobs[c]}\n"
+            + ((c / "log.txt").read_text()[-1500:] if (c / "log.txt").exists() else "")
+            for c in cells
+        )
+        return _slurm("squeue") + logs
+
+    references: list[subprocess.Popen] = []
+    try:
+        # 1. Interrupt two running cells mid-training: the time-limit signal, and a preemption.
+        signalled = _wait(
+            "a cell mid-training", lambda: _mid_training(cells, set()), timeout_s=90, debug=debug
+        )
+        _slurm("scancel", "--signal=USR1", jobs[signalled])
+        preempted = _wait(
+            "a second cell mid-training",
+            lambda: _mid_training(cells, {signalled}),
+            timeout_s=90,
+            debug=debug,
+        )
+        _slurm("scontrol", "requeue", jobs[preempted])
+        untouched = next(c for c in cells if c not in (signalled, preempted))
+
+        # The uninterrupted references for both, meanwhile, with the same thread count.
+        ref_root = tmp_path / "reference"
+        for cell in (signalled, preempted):
+            (ref_root / cell.name).mkdir(parents=True)
+            shutil.copy(cell / rf.CONFIG, ref_root / cell.name / rf.CONFIG)
+            references.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "vitscale.grid.cellrun", str(ref_root / cell.name)],
+                    env=os.environ | {"OMP_NUM_THREADS": "1"},
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
+
+        # 2. While they wait to be requeued, a resubmission submits nothing: all queued or running.
+        assert job_state(signalled) in ACTIVE_STATES
+        out = _vitscale(capsys, *submit_args)
+        assert "nothing to submit" in out and not re.search(r"\d+ submit\b", out), out
+        assert {cell: _job_id(cell) for cell in cells} == jobs
+
+        # 3. Every cell ends done and its job leaves the queue.
+        _wait(
+            "every cell to finish",
+            lambda: all((r := _result(c)) and r["status"] == rf.STATUS_DONE for c in cells),
+            timeout_s=150,
+            debug=debug,
+        )
+        _wait(
+            "the array to leave the queue",
+            lambda: not _slurm("squeue", "--noheader", "--jobs", array).strip(),
+            timeout_s=30,
+            debug=debug,
+        )
+        for ref in references:
+            _, err = ref.communicate(timeout=120)
+            assert ref.returncode == 0, err
+    finally:
+        subprocess.run(["scancel", array], check=False)  # leave the cluster idle, also on failure
+        for ref in references:
+            ref.kill()
+
+    # 4. The interrupted cells resumed from a mid-training checkpoint, once each.
+    for cell, signal_name in ((signalled, "SIGUSR1"), (preempted, "SIGTERM")):
+        log = (cell / "log.txt").read_text()
+        assert f"preempted by {signal_name}: checkpointed at step" in log, log
+        resumed = re.findall(r"resumed from \S+ \(step (\d+), restart 1\)", log)
+        assert len(resumed) == 1 and 0 < int(resumed[0]) < STEPS, log
+        assert _result(cell)["restarts"] == 1
+        assert _runs_of(jobs[cell]) == ["REQUEUED", "COMPLETED"]
+    assert _result(untouched)["restarts"] == 0
+    assert _runs_of(jobs[untouched]) == ["COMPLETED"]
+
+    # 5. No step ran twice in any cell, and each requeued cell equals its uninterrupted run.
+    for cell in cells:
+        assert _steps(cell) == list(range(1, STEPS + 1)), cell.name
+    for cell in (signalled, preempted):
+        ours, reference = _result(cell), _result(ref_root / cell.name)
+        assert reference["restarts"] == 0
+        for key in ("steps", "examples_seen", "pretrain_exaflops", "best"):
+            assert ours[key] == reference[key], key
+        varying = {rf.THROUGHPUT}  # wall-clock dependent
+        assert {k: v for k, v in ours["final"].items() if k not in varying} == {
+            k: v for k, v in reference["final"].items() if k not in varying
+        }
+        weights, reference_weights = _model_weights(cell), _model_weights(ref_root / cell.name)
+        assert weights.keys() == reference_weights.keys()
+        assert all(torch.equal(weights[k], reference_weights[k]) for k in weights), cell.name
+
+    # 6. Resubmitting the finished grid submits nothing (and --wait returns at once, all
+    # done); status reports every cell done.
+    out = _vitscale(capsys, *submit_args, "--wait")
+    assert "3 skip-done" in out and "nothing to submit" in out, out
+    assert {cell: _job_id(cell) for cell in cells} == jobs
+    status = json.loads(_vitscale(capsys, "status", str(runs), "--json"))
+    assert [
+        (c["cell_id"], c["status"], c["last_step"])
+        for c in sorted(status["cells"], key=lambda c: c["cell_id"])
+    ] == [(cell.name, "done", STEPS) for cell in cells]
+    assert status["problems"] == []

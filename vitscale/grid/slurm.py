@@ -1,0 +1,512 @@
+"""Submit a grid to SLURM with submitit, and ask SLURM about a cell's job.
+
+    vitscale grid FILE --executor slurm --profile slurm/profiles/NAME.yaml
+
+Submission
+    :func:`vitscale.grid.plan.plan` skips cells that are done, running, or queued (their
+    latest job, recorded in ``<run>/job.json``, is in a non-final SLURM state), so submitting
+    a grid again only submits what is missing. Each remaining cell's resources (the grid's
+    ``resources`` over the profile's defaults) become a :class:`Shape`; the cells of one
+    shape go into one job array (a grid usually has one shape, hence one array), at most
+    ``array_parallelism`` of them running at once.
+
+A cell's job
+    Each array task runs :class:`CellJob` under ``srun``: one task per GPU (one per node for
+    CPU-only cells). A task starts ``python -m vitscale.grid.cellrun RUN_DIR`` as a child
+    process with the rank, world size and master address Accelerate reads, taken from
+    submitit's ``JobEnvironment``, and its output appended to ``RUN_DIR/log.txt``.
+
+Time limits and preemption
+    SLURM sends SIGUSR1 ``signal_delay_s`` seconds before the time limit (``--signal=USR1@N``
+    reaches the processes ``srun`` started: submitit's and the trainer's). The trainer
+    checkpoints at the next step boundary and exits with ``EXIT_PREEMPTED``; submitit's
+    handler calls :meth:`CellJob.checkpoint`, which waits for that checkpoint, then submitit
+    requeues the job and the requeued task starts the cell again, which resumes from its
+    checkpoint. SIGUSR1 rather than submitit's default SIGUSR2: where SLURM tracks jobs by
+    cgroup every process of the step gets the signal, and SIGUSR2 would kill the trainer
+    (which only handles SIGUSR1 and SIGTERM). A preemption by SLURM itself (SIGTERM, then
+    SLURM requeues the job) takes the same route without submitit.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import runfolder as rf
+from .cellrun import EXIT_OK, EXIT_PREEMPTED, is_done
+from .local import LOG, cell_command
+from .plan import JOB_FILE, Planned, plan, prepare
+from .profile import Profile, parse_time
+from .spec import Grid
+
+# SLURM job states in which a job may still run the cell (squeue/sacct spellings).
+ACTIVE_STATES = frozenset(
+    {
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "REQUEUED",
+        "REQUEUE_FED",
+        "REQUEUE_HOLD",
+        "RESIZING",
+        "SIGNALING",
+        "STAGE_OUT",
+        "SUSPENDED",
+        "STOPPED",
+        "RESV_DEL_HOLD",
+        "SPECIAL_EXIT",
+    }
+)
+PREEMPT_SIGNAL = "USR1"  # what the trainer checkpoints on (vitscale.train.signals)
+# A cell's exit codes that mean "stopped, not failed": the trainer checkpointed after a
+# signal, or a signal killed it outside the training loop (while starting, evaluating, or
+# shutting down after another rank stopped), where the last checkpoint still holds.
+STOPPED_BY_SIGNAL = frozenset({EXIT_PREEMPTED, -signal.SIGTERM, -signal.SIGUSR1})
+# Requeues after a time limit before submitit gives up on a cell. A long cell runs as a
+# chain of time-limit slices; preemptions do not count. Generous: a cell that needs more
+# slices than this is better split (or given a longer time limit).
+MAX_TIMEOUT_REQUEUES = 100
+SIGNAL_RESOLUTION_S = 60  # `--signal=SIG@N` may come this much earlier than N (sbatch(1))
+SLURM_FOLDER = ".slurm"  # submitit's scripts and logs, beside the grid's run folders
+# How long one `squeue` snapshot answers job_state: one query for a whole `status` table or
+# submission plan instead of one per cell.
+SQUEUE_TTL_S = 5.0
+
+
+class SlurmError(ValueError):
+    """SLURM refused or cannot take a submission (a ValueError: the CLI prints the message)."""
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What one cell asks SLURM for; cells of one shape share a job array."""
+
+    nodes: int
+    tasks_per_node: int  # processes per node: one per GPU, or one for CPU-only cells
+    gpus_per_node: int
+    cpus_per_task: int
+    mem_mb: int | None  # per node; None: the cluster's default (DefMemPerCPU/GPU)
+    time_min: int
+
+    def describe(self) -> str:
+        gpus = f"{self.gpus_per_node} GPU(s)" if self.gpus_per_node else "no GPU"
+        mem = f", {self.mem_mb / 1024:g} GB" if self.mem_mb else ""
+        return (
+            f"{self.nodes} node(s) x {self.tasks_per_node} task(s), {gpus} and "
+            f"{self.cpus_per_task} CPU(s) per task{mem}, {self.time_min} min"
+        )
+
+
+def shape_for(resources: dict[str, Any], profile: Profile, *, where: str = "resources") -> Shape:
+    """The SLURM request for a cell's resources (``Grid.resources_for``) on ``profile``.
+
+    ``gpus`` is the cell's total over its nodes (default: every GPU of its nodes);
+    ``cpus_per_gpu`` is per process, which for CPU-only cells means per cell and node
+    (default: the node's CPUs shared among its GPUs; 1 for CPU-only cells, so that a
+    laptop-sized cluster runs several cells at once); ``mem_gb`` is per node.
+    """
+    nodes = int(resources.get("nodes", 1))
+    gpus = int(resources.get("gpus", profile.gpus_per_node * nodes))
+    if nodes < 1 or gpus < 0:
+        raise SlurmError(
+            f"{where}: nodes must be at least 1 and gpus at least 0, got {nodes} and {gpus}"
+        )
+    if gpus % nodes:
+        raise SlurmError(f"{where}: gpus={gpus} does not split evenly over nodes={nodes}")
+    gpus_per_node = gpus // nodes
+    if "cpus_per_gpu" in resources:
+        cpus = int(resources["cpus_per_gpu"])
+    elif gpus_per_node:
+        cpus = max(1, profile.cpus_per_node // max(1, profile.gpus_per_node))
+    else:
+        cpus = 1
+    time_min = parse_time(resources.get("time", profile.time_limit))
+    # SLURM sends --signal up to 60 s earlier than asked: a job shorter than that margin
+    # would be signalled as it starts, and requeue itself forever without training.
+    if time_min * 60 <= profile.signal_delay_s + SIGNAL_RESOLUTION_S:
+        raise SlurmError(
+            f"{where}: time={time_min} min is too short for profile {profile.name!r}: it signals "
+            f"{profile.signal_delay_s} s before the limit and SLURM may signal up to "
+            f"{SIGNAL_RESOLUTION_S} s earlier; ask for more than "
+            f"{-(-(profile.signal_delay_s + SIGNAL_RESOLUTION_S) // 60)} min"
+        )
+    mem_gb = resources.get("mem_gb")
+    return Shape(
+        nodes=nodes,
+        tasks_per_node=max(1, gpus_per_node),
+        gpus_per_node=gpus_per_node,
+        cpus_per_task=cpus,
+        mem_mb=None if mem_gb is None else int(float(mem_gb) * 1024),
+        time_min=time_min,
+    )
+
+
+def executor_parameters(shape: Shape, profile: Profile, *, job_name: str) -> dict[str, Any]:
+    """``submitit.SlurmExecutor.update_parameters`` arguments for one array."""
+    params: dict[str, Any] = {
+        "job_name": job_name,
+        "nodes": shape.nodes,
+        "ntasks_per_node": shape.tasks_per_node,
+        "cpus_per_task": shape.cpus_per_task,
+        "time": shape.time_min,
+        "array_parallelism": profile.array_parallelism,
+        # submitit's handler listens for $SUBMITIT_PREEMPT_SIGNAL (read when the job's
+        # Python starts): make it the trainer's signal, as sent by --signal below.
+        "setup": [*profile.setup, f"export SUBMITIT_PREEMPT_SIGNAL={PREEMPT_SIGNAL}"],
+        # --requeue: clusters with JobRequeue=0 refuse `scontrol requeue` otherwise.
+        "additional_parameters": {
+            "signal": f"{PREEMPT_SIGNAL}@{profile.signal_delay_s}",
+            "requeue": True,
+        },
+    }
+    if shape.gpus_per_node:
+        params["gpus_per_node"] = shape.gpus_per_node
+    if shape.mem_mb:
+        params["mem"] = f"{shape.mem_mb}M"
+    for key in ("partition", "account", "qos", "constraint"):
+        if value := getattr(profile, key):
+            params[key] = value
+    return params
+
+
+# --------------------------------------------------------------------------- the job
+
+
+def distributed_env(job: Any) -> dict[str, str]:
+    """torch.distributed's environment for this task, from submitit's ``JobEnvironment``.
+
+    The port derives from the job id, so array tasks sharing a node do not collide, and a
+    requeued task (same id) uses the same one.
+    """
+    return {
+        "RANK": str(job.global_rank),
+        "WORLD_SIZE": str(job.num_tasks),
+        "LOCAL_RANK": str(job.local_rank),
+        "LOCAL_WORLD_SIZE": str(job.num_tasks // job.num_nodes),
+        "NODE_RANK": str(job.node),
+        "MASTER_ADDR": job.hostnames[0],
+        "MASTER_PORT": str(20000 + int(job.raw_job_id) % 40000),
+    }
+
+
+class CellFailed(RuntimeError):
+    """The cell's training process failed: the SLURM task fails too (sacct shows FAILED)."""
+
+
+class CellJob:
+    """The callable each array task runs: train one cell, checkpoint and requeue on a signal.
+
+    submitit pickles it (only ``run_dir``, ``cpus_per_task`` and ``stop_timeout_s``: the child
+    process is per run) and, on SIGUSR1, calls :meth:`checkpoint` in the global rank 0.
+    """
+
+    def __init__(
+        self, run_dir: str | Path, *, cpus_per_task: int = 1, stop_timeout_s: float = 60.0
+    ) -> None:
+        self.run_dir = str(run_dir)
+        self.cpus_per_task = cpus_per_task
+        self.stop_timeout_s = stop_timeout_s
+        self._child: subprocess.Popen | None = None
+        self._exited = threading.Event()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "run_dir": self.run_dir,
+            "cpus_per_task": self.cpus_per_task,
+            "stop_timeout_s": self.stop_timeout_s,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(
+            state["run_dir"],
+            cpus_per_task=state["cpus_per_task"],
+            stop_timeout_s=state["stop_timeout_s"],
+        )
+
+    def __repr__(self) -> str:
+        return f"CellJob({self.run_dir!r})"
+
+    def __call__(self) -> int:
+        import submitit
+
+        job = submitit.JobEnvironment()
+        run_dir = Path(self.run_dir)
+        env = os.environ | {"OMP_NUM_THREADS": str(self.cpus_per_task), "PYTHONUNBUFFERED": "1"}
+        if job.num_tasks > 1:
+            env |= distributed_env(job)
+        rank = job.global_rank
+        log = run_dir / (LOG if rank == 0 else f"log.rank{rank}.txt")
+        restart = os.environ.get("SLURM_RESTART_COUNT", "0")
+        print(f"{job}: cell {run_dir} (restart {restart}), output in {log}", flush=True)
+        with open(log, "a") as out:
+            out.write(
+                f"--- SLURM job {job.job_id}, restart {restart}, task {rank} of {job.num_tasks} on {job.hostname}\n"
+            )
+            out.flush()
+            self._child = subprocess.Popen(
+                cell_command(run_dir, processes=1), stdout=out, stderr=subprocess.STDOUT, env=env
+            )
+        # The child is reaped by a helper thread so that this (main) thread only ever waits on
+        # an Event: submitit's signal handler runs here and waits on the same Event in
+        # checkpoint(); a nested Popen.wait would deadlock on Popen's internal lock.
+        threading.Thread(target=self._reap, daemon=True).start()
+        while not self._exited.wait(1.0):
+            pass
+        code = self._child.returncode
+        if code == EXIT_OK:
+            return code
+        if code in STOPPED_BY_SIGNAL:
+            # SLURM is ending or requeuing the job (SIGTERM: preemption, scancel, requeue; or
+            # rank 0 requeues it after SIGUSR1). Not a failure: the cell resumes when run again.
+            print(
+                f"cell {run_dir.name} stopped by a signal (exit {code}); it resumes when run again",
+                flush=True,
+            )
+            return code
+        raise CellFailed(f"cell {run_dir.name} exited with {code}; see {log}")
+
+    def _reap(self) -> None:
+        assert self._child is not None
+        self._child.wait()
+        self._exited.set()
+
+    def checkpoint(self) -> Any:
+        """submitit's checkpoint hook (SIGUSR1 before the time limit, or preemption).
+
+        The trainer checkpoints on the same signal at its next step boundary and exits; wait
+        for that (up to ``stop_timeout_s``), then hand submitit a fresh copy of this job to
+        requeue. The requeued task resumes the cell from the checkpoint. If the trainer is too
+        slow, the job is requeued anyway and resumes from its previous checkpoint (a partial
+        checkpoint is never used).
+        """
+        from submitit.helpers import DelayedSubmission
+
+        child = self._child
+        if child is not None and not self._exited.is_set():
+            # SLURM signalled the child too when it shares our process group; once more is harmless.
+            child.send_signal(signal.SIGUSR1)
+            started = time.monotonic()
+            if self._exited.wait(self.stop_timeout_s):
+                print(
+                    f"cell {Path(self.run_dir).name}: trainer stopped (exit {child.returncode}) after "
+                    f"{time.monotonic() - started:.1f} s; requeuing",
+                    flush=True,
+                )
+            else:
+                print(
+                    f"cell {Path(self.run_dir).name}: trainer still running after {self.stop_timeout_s:.0f} s; "
+                    "requeuing anyway (it resumes from its last complete checkpoint)",
+                    flush=True,
+                )
+        return DelayedSubmission(
+            CellJob(
+                self.run_dir, cpus_per_task=self.cpus_per_task, stop_timeout_s=self.stop_timeout_s
+            )
+        )
+
+
+# --------------------------------------------------------------------------- submission
+
+
+def _make_executor(folder: Path):
+    import submitit
+
+    if shutil.which("sbatch") is None or shutil.which("srun") is None:
+        raise SlurmError(
+            "--executor slurm: sbatch/srun not found on this machine; submit from a SLURM login node "
+            "(or start the local cluster: sudo slurm/local-cluster.sh up), or use --executor local"
+        )
+    return submitit.SlurmExecutor(folder=folder, max_num_timeout=MAX_TIMEOUT_REQUEUES)
+
+
+def _record_job(run_dir: Path, job_id: str, *, profile: Profile, logs: Path, shape: Shape) -> None:
+    """Write ``<run>/job.json``: the cell's latest job, and the ones before it."""
+    previous = read_job(run_dir) or {}
+    history = [*previous.get("history", []), previous["job_id"]] if "job_id" in previous else []
+    rf.write_json_atomic(
+        run_dir / JOB_FILE,
+        {
+            "scheduler": "slurm",
+            "job_id": job_id,
+            "submitted_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "profile": profile.name,
+            "shape": shape.__dict__,
+            "logs": str(logs / job_id),
+            "history": history,
+        },
+    )
+
+
+def submit_cells(
+    planned: list[Planned], shape: Shape, profile: Profile, *, folder: Path, job_name: str
+) -> list[str]:
+    """Submit ``planned`` cells of one shape as one job array; returns their job ids."""
+    from submitit.core.utils import FailedJobError
+
+    executor = _make_executor(folder / "%j")
+    executor.update_parameters(**executor_parameters(shape, profile, job_name=job_name))
+    stop_timeout_s = max(
+        5.0, profile.signal_delay_s - 15.0
+    )  # leave time to requeue before the kill
+    jobs = []
+    try:
+        with executor.batch():
+            for item in planned:
+                prepare(item)
+                job = CellJob(
+                    item.run_dir.resolve(),
+                    cpus_per_task=shape.cpus_per_task,
+                    stop_timeout_s=stop_timeout_s,
+                )
+                jobs.append(executor.submit(job))
+    except FailedJobError as e:
+        raise SlurmError(f"sbatch refused the job array ({shape.describe()}): {e}") from None
+    ids = [job.job_id for job in jobs]
+    for item, job_id in zip(planned, ids, strict=True):
+        _record_job(item.run_dir, job_id, profile=profile, logs=folder, shape=shape)
+    return ids
+
+
+def submit(grid: Grid, *, runs_root: Path, profile: Profile) -> int:
+    """Submit the grid's cells that are neither done, running nor queued; returns an exit code."""
+    planned = plan(grid, runs_root, is_queued=is_queued)
+    counts: dict[str, int] = {}
+    for p in planned:
+        counts[p.action] = counts.get(p.action, 0) + 1
+    print(f"grid {grid.name!r}: " + ", ".join(f"{n} {a}" for a, n in sorted(counts.items())))
+    for p in planned:
+        if p.action == "skip-failed":
+            print(f"  {p.cell.id}: {p.note}; see {p.run_dir / rf.RESULT}")
+    todo = [p for p in planned if p.action == "submit"]
+    if not todo:
+        print("nothing to submit")
+        return 0
+    groups: dict[Shape, list[Planned]] = {}
+    for p in todo:
+        where = f"{grid.path}: block {p.cell.block!r}: resources"
+        groups.setdefault(shape_for(grid.resources_for(p.cell), profile, where=where), []).append(p)
+    folder = (runs_root / grid.name / SLURM_FOLDER).resolve()
+    for shape, items in groups.items():
+        ids = submit_cells(items, shape, profile, folder=folder, job_name=grid.name)
+        array = ids[0].split("_")[0]
+        print(
+            f"submitted {len(ids)} cell(s) as job {array} on profile {profile.name!r}"
+            f"{f' (partition {profile.partition})' if profile.partition else ''}: {shape.describe()}, "
+            f"at most {profile.array_parallelism} at once"
+        )
+    print(
+        f"logs: {folder}/<job id>/ and <run>/{LOG}; follow with: vitscale status {runs_root / grid.name}"
+    )
+    return 0
+
+
+# --------------------------------------------------------------------------- job state
+
+
+def read_job(run_dir: Path) -> dict[str, Any] | None:
+    """The cell's ``job.json``, or None if it was never submitted to a scheduler."""
+    try:
+        job = rf.read_json(Path(run_dir) / JOB_FILE)
+    except (OSError, ValueError):
+        return None
+    return job if isinstance(job, dict) and job.get("job_id") else None
+
+
+def _run(*args: str) -> str | None:
+    """A SLURM command's output, or None when SLURM is missing or does not answer."""
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+_squeue: tuple[float, dict[str, str]] | None = None
+
+
+def _squeue_states() -> dict[str, str]:
+    """``{job id: state}`` for this user's queued and running jobs (array tasks one by one)."""
+    global _squeue
+    if _squeue is not None and time.monotonic() - _squeue[0] < SQUEUE_TTL_S:
+        return _squeue[1]
+    out = _run("squeue", "--me", "--array", "--noheader", "--format=%i|%T")
+    states = {}
+    for line in (out or "").splitlines():
+        job_id, _, state = line.strip().partition("|")
+        if state:
+            states[job_id] = state
+    if out is not None:
+        _squeue = (time.monotonic(), states)
+    return states
+
+
+def _sacct_state(job_id: str) -> str | None:
+    """The job's latest state in accounting (after squeue forgot it), e.g. COMPLETED."""
+    out = _run(
+        "sacct",
+        "--jobs",
+        job_id,
+        "--allocations",
+        "--noheader",
+        "--parsable2",
+        "--format=JobID,State",
+    )
+    for line in (out or "").splitlines():
+        found, _, state = line.strip().partition("|")
+        if found == job_id and state:
+            return state.split()[0]  # "CANCELLED by 0" -> "CANCELLED"
+    return None
+
+
+def job_state(run_dir: Path) -> str | None:
+    """SLURM's state of the cell's latest job ("PENDING", "RUNNING", "COMPLETED", ...).
+
+    None when the cell has no job, SLURM is not installed here, or SLURM no longer knows
+    the job.
+    """
+    job = read_job(run_dir)
+    if job is None:
+        return None
+    job_id = str(job["job_id"])
+    return _squeue_states().get(job_id) or _sacct_state(job_id)
+
+
+def is_queued(run_dir: Path) -> bool:
+    """Whether the cell's latest job may still run it (pending, running, requeued...)."""
+    return job_state(run_dir) in ACTIVE_STATES
+
+
+def wait(grid: Grid, *, runs_root: Path, poll_s: float = 5.0) -> int:
+    """Block until no cell of ``grid`` has a job that may still run it; 0 if all are done.
+
+    ``vitscale grid ... --executor slurm --wait`` (the SLURM demo) uses it; a cell whose job
+    ended without a result (killed outside the trainer) counts as not done.
+    """
+    from tqdm import tqdm
+
+    run_dirs = [runs_root / grid.name / cell.id for cell in grid.cells]
+    with tqdm(total=len(run_dirs), desc="cells done", unit="cell") as bar:
+        while True:
+            active = [d for d in run_dirs if is_queued(d)]
+            done = sum(is_done(d) for d in run_dirs)
+            bar.update(done - bar.n)
+            if not active:
+                break
+            time.sleep(poll_s)
+    missing = [d.name for d in run_dirs if not is_done(d)]
+    if missing:
+        print(f"{len(missing)} cell(s) not done: {', '.join(missing)}; see vitscale status {runs_root / grid.name}")
+    return 1 if missing else 0
