@@ -94,3 +94,32 @@ def test_finetune_picks_a_learning_rate_and_scores_the_test_split(tmp_path):
     assert 0.0 <= accuracy <= 1.0 and accuracy * 64 == pytest.approx(round(accuracy * 64))
     key = rf.finetune_key("synthetic-textures")
     assert result["final"][key] == accuracy == result["best"][key]
+
+
+def test_fewshot_features_use_the_evaluation_view_of_real_datasets(tmp_path):
+    """Paper Sec. 4.1: few-shot images are resized and centre-cropped, never augmented, so
+    two evaluations of one model see the same features."""
+    from PIL import Image
+
+    from vitscale.config import resolve
+    from vitscale.evals.transfer import TransferEvaluator
+    from vitscale.models import create_model
+    from vitscale.train.runtime import make_accelerator
+
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 12), ("test", 6)):
+        for i in range(n):
+            path = tmp_path / split / f"c{i % 3}" / f"{i}.jpg"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(rng.integers(0, 255, (48, 40, 3), dtype=np.uint8)).save(path)
+    cfg = resolve(tiny_config(eval={"fewshot": {"datasets": [f"imagefolder:{tmp_path}"], "shots": [2],
+                                                "seeds": 1}, "upstream": {"examples": 0}}))
+    accelerator, _ = make_accelerator(precision="fp32")
+    evaluator = TransferEvaluator(cfg, accelerator=accelerator, upstream_num_classes=256)
+    (fs,) = evaluator.fewshot
+    model = create_model("ViT-Pico/4", num_classes=256, image_size=32).eval()
+    from vitscale.evals.features import run_model
+
+    first, _ = run_model(model.pre_logits, fs.train, fs.pool, batch_size=8, accelerator=accelerator)
+    again, _ = run_model(model.pre_logits, fs.train, fs.pool, batch_size=8, accelerator=accelerator)
+    assert torch.equal(first, again)

@@ -145,7 +145,11 @@ def _configure_grid(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=1, help="local: cells run at once (default 1)")
     p.add_argument("--processes", type=int, default=1, help="local: processes per cell, via torchrun (default 1)")
     p.add_argument("--profile", help="cluster profile YAML (slurm/profiles/NAME.yaml); sizes and estimates")
+    p.add_argument("--wait", action="store_true", help="slurm: after submitting, wait until every cell has ended")
     p.add_argument("--runs", default="runs", help="root of the run folders (default: runs)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key in every cell, e.g. --set train.steps=10 (repeatable; "
+                   "changes the cell ids)")
 
 
 @command("grid", "expand a grid file into cells and run or submit the ones not done", _configure_grid)
@@ -158,7 +162,7 @@ def _grid(args: argparse.Namespace) -> int:
         return commands.grid(
             Path(args.file), runs_root=Path(args.runs), dry_run=args.dry_run, as_json=args.json,
             executor=args.executor, workers=args.workers, processes=args.processes,
-            profile_path=args.profile,
+            profile_path=args.profile, overrides=args.overrides, wait=args.wait,
         )
     except ValueError as e:
         raise UserError(str(e)) from None
@@ -182,12 +186,66 @@ def _status(args: argparse.Namespace) -> int:
         raise UserError(str(e)) from None
 
 
+# --------------------------------------------------------------------------- data
+
+
+def _configure_data(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    ls = sub.add_parser("list", help="every dataset name: what it is, classes, split sizes")
+    ls.add_argument("--json", action="store_true", help="machine-readable output")
+    pv = sub.add_parser("preview", help="write a PNG grid of samples, one class per row")
+    pv.add_argument("name", help="dataset name, e.g. synthetic, synthetic-glyphs, cifar10")
+    pv.add_argument("--out", "-o", help="PNG to write (default: preview-<name>.png)")
+    pv.add_argument("--image-size", type=int, default=64, help="resolution (default 64)")
+    pv.add_argument("--rows", type=int, default=8, help="classes shown, one per row (default 8)")
+    pv.add_argument("--cols", type=int, default=8, help="examples per class (default 8)")
+    pv.add_argument("--split", default="train", help="train, minitrain, val or test (default train)")
+    pv.add_argument("--root", help="where a torchvision set or ImageNet lives")
+    pv.add_argument("--download", action="store_true", help="let torchvision fetch the dataset")
+
+
+@command("data", "list the datasets, or preview one as a grid of samples (PNG)", _configure_data)
+def _data(args: argparse.Namespace) -> int:
+    if args.data_command == "list":
+        from .data.registry import describe_datasets
+
+        rows = describe_datasets()
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return 0
+        for r in rows:
+            classes = r["num_classes"] if r["num_classes"] is not None else "from folders"
+            splits = (
+                ", ".join(f"{k} {v:,}" for k, v in r["splits"].items())
+                if r["splits"]
+                else "read from disk"
+            )
+            held = f"; held-out val {r['val_fraction']:.0%} of train" if r["val_fraction"] else ""
+            print(f"{r['name']}\n    {r['description']}")
+            print(f"    classes: {classes}; splits: {splits}{held}\n    {r['source']}")
+        return 0
+    from .data.preview import save_preview
+
+    out = args.out or f"preview-{args.name.replace(':', '_').replace('/', '_')}.png"
+    try:
+        path = save_preview(
+            out, args.name, split=args.split, image_size=args.image_size, rows=args.rows,
+            cols=args.cols, root=args.root, download=args.download,
+        )
+    except ValueError as e:  # unknown name or split, bad size, dataset missing or malformed
+        raise UserError(str(e)) from None
+    print(f"wrote {path}")
+    return 0
+
+
 # --------------------------------------------------------------------------- figures, fit
 
 command("figures", "draw Figs. 3/4/5 and Table 6 from runs (or --paper from the paper's tables)",
         analysis_cli.configure_figures)(analysis_cli.run_figures)
 command("fit", "fit the saturating power law error = a (C + d)^-b + c to the frontier",
         analysis_cli.configure_fit)(analysis_cli.run_fit)
+command("summary", "the measured answer: ResNet vs ViT transfer by pre-training size, and vs compute",
+        analysis_cli.configure_summary)(analysis_cli.run_summary)
 
 
 # --------------------------------------------------------------------------- main

@@ -7,7 +7,8 @@
 - :func:`subset_indices`: the indices a subset spec (``30000``, ``0.1``, ``"9M"``)
   selects, prefixes of one seeded permutation so smaller subsets nest in larger ones;
 - :func:`fewshot_indices`, :func:`finetune_splits`: transfer samples and held-out slices;
-- :func:`build_loader`: the exact, resumable, sharded batch stream of pre-training.
+- :func:`build_loader`: the exact, resumable, sharded batch stream of pre-training;
+- :func:`save_preview`: a PNG grid of samples with their class names.
 
 The registry (:mod:`vitscale.data.registry`) and subsets (:mod:`vitscale.data.subsets`)
 import no torch.
@@ -39,6 +40,9 @@ _EXPORTS = {
     "fewshot_indices": "subsets",
     "holdout_split": "subsets",
     "parse_subset": "subsets",
+    "describe_datasets": "registry",
+    "preview_image": "preview",
+    "save_preview": "preview",
 }
 
 __all__ = list(_EXPORTS)

@@ -8,11 +8,9 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from .registry import SOURCES, SPLITS, DatasetNotFoundError, default_root, parse_name
-from .sources import check_layout, load_source
 from .subsets import SeededPermutation, SubsetSpec, fewshot_indices, holdout_split, subset_size
 from .subsets import balanced_order as _balanced_order
 from .synthetic import SyntheticImages
-from .transforms import eval_transform, train_transform
 from .views import IndexedView
 from .vocabulary import TASKS
 
@@ -57,13 +55,18 @@ def _base(
         )
     if augment is None:
         augment = split in ("train", "minitrain")
+    # torchvision loads here, for real sources only: a synthetic run starts ~2 s sooner.
+    from .sources import load_source
+    from .transforms import eval_transform, train_transform
+
     transform = train_transform(image_size) if augment else eval_transform(image_size)
     where = path if path is not None else Path(root).expanduser() if root else default_root(source)
     official = "test" if split == "test" else "train"
     ds = load_source(name, source, official, root=where, transform=transform, download=download)
     if split in ("train", "test"):
         return ds
-    minitrain, val = holdout_split(len(ds), val_fraction or SOURCES[source].val_fraction)
+    fraction = SOURCES[source].val_fraction if val_fraction is None else val_fraction
+    minitrain, val = holdout_split(len(ds), fraction)
     return IndexedView(ds, minitrain if split == "minitrain" else val)
 
 
@@ -131,9 +134,7 @@ def build_fewshot(
     (images resized and centre-cropped, no augmentation) and repeats over seeds; a larger
     k with the same seed contains the smaller one. Score on ``build_dataset(name, "test")``.
     """
-    train = _base(
-        name, "train", root=root, image_size=image_size, augment=False, download=download
-    )
+    train = _base(name, "train", root=root, image_size=image_size, augment=False, download=download)
     return IndexedView(train, fewshot_indices(all_targets(train), shots, seed=seed))
 
 
@@ -182,8 +183,12 @@ def check_available(
         return [str(e)]
     problems = []
     if source not in TASKS and not download:
-        where = path if path is not None else Path(root).expanduser() if root else default_root(source)
+        where = (
+            path if path is not None else Path(root).expanduser() if root else default_root(source)
+        )
         try:
+            from .sources import check_layout
+
             check_layout(name, source, where)
         except DatasetNotFoundError as e:
             problems.append(str(e))

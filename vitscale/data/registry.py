@@ -45,6 +45,7 @@ __all__ = [
     "dataset_names",
     "parse_name",
     "default_root",
+    "describe_datasets",
 ]
 
 SPLITS = ("train", "minitrain", "val", "test")
@@ -74,6 +75,9 @@ class SourceInfo:
     expected: str  # what must be under root
     how_to_get: str
     downloadable: bool = False
+    # Fine-tuning recipe (paper App. B.1.1, Table 4): steps and the learning-rate grid.
+    finetune_steps: int = 500
+    finetune_lrs: tuple[float, ...] = (0.001, 0.003, 0.01, 0.03)
 
     def size(self, split: str) -> int | None:
         return dict(self.sizes).get(split)
@@ -94,6 +98,7 @@ SOURCES: dict[str, SourceInfo] = {
             "(the python pickled batches)",
             how_to_get=_TORCHVISION,
             downloadable=True,
+            finetune_steps=10_000,
         ),
         SourceInfo(
             name="cifar100",
@@ -104,6 +109,7 @@ SOURCES: dict[str, SourceInfo] = {
             expected="cifar-100-python/ with train, test, meta (the python pickled batches)",
             how_to_get=_TORCHVISION,
             downloadable=True,
+            finetune_steps=10_000,
         ),
         SourceInfo(
             name="pets",
@@ -138,6 +144,8 @@ SOURCES: dict[str, SourceInfo] = {
             how_to_get="download ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar from "
             "image-net.org, untar train per class, and sort val into class folders "
             "(e.g. with the widely used valprep.sh)",
+            finetune_steps=20_000,
+            finetune_lrs=(0.003, 0.01, 0.03, 0.06),
         ),
         SourceInfo(
             name="imagefolder",
@@ -185,8 +193,52 @@ def parse_name(name: str) -> tuple[str, Path | None]:
     raise ValueError(f"unknown dataset {name!r}; valid: {', '.join(dataset_names())}")
 
 
+# The synthetic transfer tasks are Pets/Flowers-sized: their small-set recipe.
+SYNTHETIC_FINETUNE = (500, (0.001, 0.003, 0.01, 0.03))
+
+
+def finetune_recipe(name: str) -> tuple[int, tuple[float, ...]]:
+    """``(steps, learning-rate grid)`` the paper fine-tunes ``name`` with (App. B.1.1)."""
+    source, _ = parse_name(name)
+    if source in TASKS:
+        return SYNTHETIC_FINETUNE
+    info = SOURCES[source]
+    return info.finetune_steps, info.finetune_lrs
+
+
 def default_root(source: str) -> Path:
     """Where a torchvision set or ImageNet lives when the config gives no ``root``:
     ``$VITSCALE_DATA`` (or ``./data``), plus ``imagenet/`` for ImageNet."""
     base = Path(os.environ.get(ROOT_ENV, "data")).expanduser()
     return base / "imagenet" if source == "imagenet" else base
+
+
+def describe_datasets() -> list[dict]:
+    """One row per dataset for ``vitscale data list``: name, what it is, its classes,
+    split sizes (``None`` where read from disk), the held-out fraction of train, and where
+    it comes from."""
+    rows = []
+    for task in TASKS.values():
+        rows.append(
+            dict(
+                name=task.name,
+                description=task.description,
+                num_classes=task.num_classes,
+                splits=dict(task.splits),
+                val_fraction=None,
+                source="embedded (rendered on the fly, nothing on disk)",
+            )
+        )
+    for info in SOURCES.values():
+        folder = info.name in FOLDER_KINDS
+        rows.append(
+            dict(
+                name=f"{info.name}:/path" if folder else info.name,
+                description=info.title,
+                num_classes=info.num_classes,
+                splits=dict(info.sizes) if info.sizes else None,
+                val_fraction=info.val_fraction,
+                source=("under /path: " if folder else "under root: ") + info.expected,
+            )
+        )
+    return rows

@@ -5,8 +5,10 @@ Each loader turns one official split ("train" or "test") of a source in
 dataset (or ImageFolder) with the paper transforms, plus the labels as one array so
 subsets and few-shot samples never decode an image. Before torchvision runs, the layout is
 checked, so a missing dataset is a :class:`DatasetNotFoundError` naming the path, what
-belongs there and how to get it, and a broken file is a :class:`DatasetFormatError` naming
-the file. Nothing is downloaded unless ``download=True``.
+belongs there and how to get it; a file that is there but cannot be read (a broken pickle,
+MATLAB file or annotation line, labels out of range, an image listed but absent, an image
+that does not decode) is a :class:`DatasetFormatError` naming the file, what it should
+hold and how to get a good copy. Nothing is downloaded unless ``download=True``.
 
 Files are checked for presence, not checksums (torchvision's CIFAR and Flowers loaders
 compare MD5 sums of the extracted files, which rejects re-packed copies); a download still
@@ -16,11 +18,13 @@ verifies the archive's checksum.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import UnidentifiedImageError
+from scipy.io.matlab import MatReadError
 from torch import Tensor
 from torch.utils.data import Dataset
 from torchvision import datasets
@@ -31,13 +35,26 @@ __all__ = ["ImageSource", "load_source", "required_paths", "check_layout"]
 
 Transform = Callable[[object], Tensor]
 
+# What torchvision's readers raise on a file that is there but is not what they expect.
+_UNREADABLE = (
+    pickle.UnpicklingError,
+    EOFError,
+    KeyError,
+    IndexError,
+    ValueError,
+    TypeError,
+    AttributeError,
+    MatReadError,
+)
+
 
 class ImageSource(Dataset):
     """One split of a real dataset: (image tensor, target) pairs.
 
     ``targets_of(indices)`` returns the (primary) class of examples without loading them.
     Multi-label sources return float multi-hot targets over ``classes``: the image's
-    folder class plus its further labels from the label file.
+    folder class plus its further labels from the label file. ``files[i]``, when the
+    source reads one file per image, names it in the error if the image does not decode.
     """
 
     def __init__(
@@ -48,6 +65,7 @@ class ImageSource(Dataset):
         labels: np.ndarray,
         classes: list[str],
         extra_labels: list[tuple[int, ...]] | None = None,
+        files: Sequence[str | Path] | None = None,
     ) -> None:
         self.name = name
         self.images = images
@@ -55,6 +73,7 @@ class ImageSource(Dataset):
         self.classes = list(classes)
         self.extra_labels = extra_labels
         self.multilabel = extra_labels is not None
+        self.files = files
 
     @property
     def num_classes(self) -> int:
@@ -67,7 +86,14 @@ class ImageSource(Dataset):
         return self.labels[np.asarray(indices, dtype=np.int64)]
 
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
-        image, label = self.images[index]
+        try:
+            image, label = self.images[index]
+        except (UnidentifiedImageError, OSError, SyntaxError) as e:
+            where = self.files[index] if self.files is not None else f"example {index}"
+            raise DatasetFormatError(
+                f"{self.name}: cannot decode image {where}: {e}; the file is damaged or not "
+                "an image (replace it from the original archive, or remove it)"
+            ) from e
         if not self.multilabel:
             return image, torch.tensor(label, dtype=torch.int64)
         target = torch.zeros(self.num_classes)
@@ -78,12 +104,19 @@ class ImageSource(Dataset):
         return f"ImageSource({self.name!r}, n={len(self)}, classes={self.num_classes})"
 
 
-def _missing(name: str, root: Path, detail: str) -> DatasetNotFoundError:
+def _how(name: str, *, broken: bool = False) -> str:
     info = SOURCES[name.partition(":")[0]]
-    return DatasetNotFoundError(
-        f"{name}: {detail} under {root}; expected {info.expected} there. To get it: "
-        f"{info.how_to_get}."
-    )
+    # A download skips files that are present, so a broken copy must go first.
+    get = "To get a good copy: remove the broken files, then " if broken else "To get it: "
+    return f"expected {info.expected}. {get}{info.how_to_get}."
+
+
+def _missing(name: str, root: Path, detail: str) -> DatasetNotFoundError:
+    return DatasetNotFoundError(f"{name}: {detail} under {root.absolute()}; {_how(name)}")
+
+
+def _malformed(name: str, where: Path | str, detail: str) -> DatasetFormatError:
+    return DatasetFormatError(f"{name}: {where}: {detail}; {_how(name, broken=True)}")
 
 
 def _require(name: str, root: Path, paths: list[str]) -> None:
@@ -92,11 +125,41 @@ def _require(name: str, root: Path, paths: list[str]) -> None:
         raise _missing(name, root, f"missing {', '.join(absent)}")
 
 
+def _require_files(name: str, folder: Path, files: Sequence[Path]) -> None:
+    """Every image an annotation file lists must be there (one stat each, no decoding)."""
+    absent = [f for f in files if not f.is_file()]
+    if absent:
+        raise _missing(
+            name,
+            folder,
+            f"{len(absent)} of the {len(files)} listed images are missing "
+            f"(first: {absent[0].name})",
+        )
+
+
+def _check_labels(name: str, where: Path, labels: np.ndarray, num_classes: int, base: int) -> None:
+    """Labels must be class indices ``0 .. num_classes - 1`` (``base`` is the file's
+    numbering, for the message)."""
+    labels = np.asarray(labels)
+    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+        bad = labels[(labels < 0) | (labels >= num_classes)][0]
+        raise _malformed(
+            name,
+            where,
+            f"label {bad + base} is outside {base}..{num_classes - 1 + base} "
+            f"({num_classes} classes)",
+        )
+
+
 def required_paths(source: str, split: str) -> list[str]:
-    """Files and folders (relative to root) that the ``split`` of ``source`` reads."""
+    """Files and folders (relative to root) that the ``split`` of ``source`` reads.
+
+    CIFAR's torchvision class checks both splits' files whichever it reads, so both are
+    listed for either split.
+    """
     if source in _CIFAR:
         cls = _CIFAR[source]
-        files = [f for f, _ in (cls.train_list if split == "train" else cls.test_list)]
+        files = [f for f, _ in cls.train_list + cls.test_list]
         return [f"{cls.base_folder}/{f}" for f in [*files, cls.meta["filename"]]]
     if source == "pets":
         return ["oxford-iiit-pet/images", f"oxford-iiit-pet/annotations/{_PETS_SPLIT[split]}.txt"]
@@ -112,7 +175,12 @@ def check_layout(name: str, source: str, root: Path) -> None:
     (cheap: nothing is opened, so grid validation can call it for ImageNet)."""
     if not root.exists():
         raise _missing(name, root, "nothing")
-    _require(name, root, sorted({p for split in ("train", "test") for p in required_paths(source, split)}))
+    paths = {p for split in ("train", "test") for p in required_paths(source, split)}
+    _require(name, root, sorted(paths))
+    if source not in SOURCES or SOURCES[source].sizes:
+        return
+    if not ((root / "test").is_dir() or (root / "val").is_dir()):  # folder sources
+        raise _missing(name, root, "no test/ (or val/) folder")
 
 
 # --------------------------------------------------------------------------- CIFAR
@@ -131,20 +199,55 @@ def _presence_only(cls: type[datasets.CIFAR10]) -> type[datasets.CIFAR10]:
     )
 
 
-_CIFAR = {"cifar10": _presence_only(datasets.CIFAR10), "cifar100": _presence_only(datasets.CIFAR100)}
+_CIFAR = {
+    "cifar10": _presence_only(datasets.CIFAR10),
+    "cifar100": _presence_only(datasets.CIFAR100),
+}
+
+
+def _pickle_has(path: Path, keys: tuple[str, ...]) -> bool:
+    """Whether ``path`` unpickles (as the CIFAR loader does) to a dict with ``keys``."""
+    try:
+        with open(path, "rb") as f:
+            entry = pickle.load(f, encoding="latin1")
+    except Exception:  # anything at all: this only picks the file to name in an error
+        return False
+    return isinstance(entry, dict) and all(k in entry for k in keys)
 
 
 def _cifar(name: str, split: str, root: Path, transform: Transform, download: bool) -> ImageSource:
     cls = _CIFAR[name]
+    folder = root / cls.base_folder
     if not download:
         _require(name, root, required_paths(name, split))
+    labels_key = "labels" if name == "cifar10" else "fine_labels"
     try:
         ds = cls(str(root), train=split == "train", transform=transform, download=download)
-    except (pickle.UnpicklingError, KeyError, ValueError, EOFError) as e:
-        raise DatasetFormatError(
-            f"{name}: cannot read the pickled batches in {root / cls.base_folder}: {e!r}; "
-            f"expected {SOURCES[name].expected}"
+    except _UNREADABLE as e:
+        files = [f for f, _ in (cls.train_list if split == "train" else cls.test_list)]
+        keys = {f: ("data", labels_key) for f in files} | {cls.meta["filename"]: (cls.meta["key"],)}
+        bad = next((f for f, k in keys.items() if not _pickle_has(folder / f, k)), None)
+        raise _malformed(
+            name,
+            folder / bad if bad else folder,
+            f"cannot read the pickled batches ({e!r}): each must be a dict with 'data' "
+            f"(N x 3072 uint8) and '{labels_key}', and {cls.meta['filename']} must hold "
+            f"'{cls.meta['key']}'",
         ) from e
+    num_classes = SOURCES[name].num_classes
+    if len(ds.data) != len(ds.targets):
+        raise _malformed(
+            name,
+            folder,
+            f"{len(ds.data)} images but {len(ds.targets)} labels in the {split} batches",
+        )
+    if len(ds.classes) != num_classes:
+        raise _malformed(
+            name,
+            folder / cls.meta["filename"],
+            f"{len(ds.classes)} class names under '{cls.meta['key']}', expected {num_classes}",
+        )
+    _check_labels(name, folder, np.asarray(ds.targets), num_classes, base=0)
     return ImageSource(name=name, images=ds, labels=np.asarray(ds.targets), classes=ds.classes)
 
 
@@ -154,7 +257,7 @@ _PETS_SPLIT = {"train": "trainval", "test": "test"}
 
 
 def _pets(name: str, split: str, root: Path, transform: Transform, download: bool) -> ImageSource:
-    ann = required_paths(name, split)[1]
+    ann = root / required_paths(name, split)[1]
     if not download:
         _require(name, root, required_paths(name, split))
     try:
@@ -166,29 +269,57 @@ def _pets(name: str, split: str, root: Path, transform: Transform, download: boo
             download=download,
         )
     except ValueError as e:
-        raise DatasetFormatError(
-            f"{name}: cannot parse {root / ann}: {e}; expected lines "
-            "'<image id> <class 1-37> <species 1-2> <breed id>'"
+        raise _malformed(
+            name,
+            ann,
+            f"cannot parse ({e}); expected lines '<image id> <class 1-37> <species 1-2> <breed id>'",
         ) from e
-    return ImageSource(name=name, images=ds, labels=np.asarray(ds._labels), classes=ds.classes)
+    num_classes = SOURCES[name].num_classes
+    labels = np.asarray(ds._labels, dtype=np.int64)
+    _check_labels(name, ann, labels, num_classes, base=1)
+    _require_files(name, root / "oxford-iiit-pet" / "images", ds._images)
+    # torchvision names only the classes that occur in this split, so a split missing a
+    # class would shift every later name; name the 37 classes by index instead.
+    by_label: dict[int, str] = {}
+    for image, label in zip(ds._images, labels.tolist(), strict=True):
+        by_label.setdefault(
+            label, " ".join(p.title() for p in image.stem.rsplit("_", 1)[0].split("_"))
+        )
+    classes = [by_label.get(i, f"class {i + 1}") for i in range(num_classes)]
+    return ImageSource(name=name, images=ds, labels=labels, classes=classes, files=ds._images)
 
 
 class _Flowers102(datasets.Flowers102):
+    """torchvision's Flowers-102 with presence instead of MD5 checks of the extracted
+    files (the images folder and both MATLAB files; the archive need not be kept)."""
+
     def _check_integrity(self) -> bool:
-        return all((self._base_folder / f).exists() for f, _ in self._file_dict.values())
+        return self._images_folder.is_dir() and all(
+            (self._base_folder / self._file_dict[k][0]).is_file() for k in ("label", "setid")
+        )
 
 
-def _flowers(name: str, split: str, root: Path, transform: Transform, download: bool) -> ImageSource:
+def _flowers(
+    name: str, split: str, root: Path, transform: Transform, download: bool
+) -> ImageSource:
+    folder = root / "flowers-102"
     if not download:
         _require(name, root, required_paths(name, split))
     try:
         ds = _Flowers102(str(root), split=split, transform=transform, download=download)
-    except (ValueError, KeyError, IndexError, TypeError) as e:
-        raise DatasetFormatError(
-            f"{name}: cannot read {root / 'flowers-102'}/{{imagelabels,setid}}.mat: {e!r}; "
-            "expected MATLAB files with 'labels' (1-102 per image) and 'trnid'/'valid'/'tstid'"
+    except _UNREADABLE as e:
+        raise _malformed(
+            name,
+            f"{folder}/{{imagelabels,setid}}.mat",
+            f"cannot read ({e!r}); expected MATLAB files with 'labels' (a class 1-102 per "
+            "image) and 'trnid'/'valid'/'tstid' (1-based image ids)",
         ) from e
-    return ImageSource(name=name, images=ds, labels=np.asarray(ds._labels), classes=ds.classes)
+    labels = np.asarray(ds._labels, dtype=np.int64)
+    _check_labels(name, folder / "imagelabels.mat", labels, SOURCES[name].num_classes, base=1)
+    _require_files(name, folder / "jpg", ds._image_files)
+    return ImageSource(
+        name=name, images=ds, labels=labels, classes=ds.classes, files=ds._image_files
+    )
 
 
 # --------------------------------------------------------------------------- folders
@@ -201,16 +332,22 @@ def _folder(name: str, root: Path, split_dir: str, transform: Transform) -> data
     try:
         ds = datasets.ImageFolder(str(folder), transform=transform)
     except FileNotFoundError as e:
-        raise _missing(name, root, f"no images in {folder} ({e})") from e
+        if not any(p.is_dir() for p in folder.iterdir()) and any(folder.iterdir()):
+            detail = f"{folder} holds files but no class folders (sort the images into one folder per class)"
+        else:
+            detail = f"no images in {folder} ({e})"
+        raise _missing(name, root, detail) from e
     if split_dir != "train":
         if not train.is_dir():
             raise _missing(name, root, "no train/ folder")
         train_classes = sorted(p.name for p in train.iterdir() if p.is_dir())
         if ds.classes != train_classes:
             odd = sorted(set(ds.classes) ^ set(train_classes))
-            raise DatasetFormatError(
-                f"{name}: {folder} and {train} must have the same class folders; "
-                f"these are in only one of them: {', '.join(odd[:10])}"
+            raise _malformed(
+                name,
+                folder,
+                f"must have the same class folders as {train}; these are in only one of "
+                f"them: {', '.join(odd[:10])}",
             )
     return ds
 
@@ -221,9 +358,15 @@ def _test_dir(name: str, root: Path) -> str:
     return "test"
 
 
+def _files(ds: datasets.ImageFolder) -> list[str]:
+    return [p for p, _ in ds.samples]
+
+
 def _imagefolder(name: str, split: str, root: Path, transform: Transform) -> ImageSource:
     ds = _folder(name, root, "train" if split == "train" else _test_dir(name, root), transform)
-    return ImageSource(name=name, images=ds, labels=np.asarray(ds.targets), classes=ds.classes)
+    return ImageSource(
+        name=name, images=ds, labels=np.asarray(ds.targets), classes=ds.classes, files=_files(ds)
+    )
 
 
 def _multilabel(name: str, split: str, root: Path, transform: Transform) -> ImageSource:
@@ -240,17 +383,19 @@ def _multilabel(name: str, split: str, root: Path, transform: Transform) -> Imag
         path, tab, labels = line.partition("\t")
         where = f"{label_file}:{lineno}"
         if not tab:
-            raise DatasetFormatError(f"{name}: {where}: expected '<path><TAB><label>,...'")
+            raise _malformed(name, where, "expected '<path><TAB><label>,<label>,...'")
         if Path(path).parts[:1] != (split_dir,):
             continue
         if path not in position:
-            raise DatasetFormatError(f"{name}: {where}: no image {root / path}")
+            raise _malformed(name, where, f"no image {root / path}")
         names = [x.strip() for x in labels.split(",") if x.strip()]
         unknown = [x for x in names if x not in ds.class_to_idx]
         if unknown:
-            raise DatasetFormatError(
-                f"{name}: {where}: unknown label {unknown[0]!r}; labels are the class folder "
-                f"names of {root / 'train'}"
+            raise _malformed(
+                name,
+                where,
+                f"unknown label {unknown[0]!r}; labels are the class folder names of "
+                f"{root / 'train'}",
             )
         extra[position[path]] = tuple(ds.class_to_idx[x] for x in names)
     return ImageSource(
@@ -259,6 +404,7 @@ def _multilabel(name: str, split: str, root: Path, transform: Transform) -> Imag
         labels=np.asarray(ds.targets),
         classes=ds.classes,
         extra_labels=extra,
+        files=_files(ds),
     )
 
 
@@ -272,12 +418,15 @@ def load_source(
         )
     if not root.exists() and not download:
         raise _missing(name, root, "nothing")
-    if source in _CIFAR:
-        return _cifar(source, split, root, transform, download)
-    if source == "pets":
-        return _pets(source, split, root, transform, download)
-    if source == "flowers102":
-        return _flowers(source, split, root, transform, download)
+    try:
+        if source in _CIFAR:
+            return _cifar(source, split, root, transform, download)
+        if source == "pets":
+            return _pets(source, split, root, transform, download)
+        if source == "flowers102":
+            return _flowers(source, split, root, transform, download)
+    except RuntimeError as e:  # torchvision's own "Dataset not found or corrupted"
+        raise _missing(source, root, f"torchvision cannot find it ({e})") from e
     if source == "multilabel":
         return _multilabel(name, split, root, transform)
     return _imagefolder(name, split, root, transform)

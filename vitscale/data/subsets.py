@@ -34,6 +34,7 @@ from ._hash import derive_key, mix64
 __all__ = [
     "SubsetSpec",
     "SeededPermutation",
+    "parse_count",
     "parse_subset",
     "subset_size",
     "subset_indices",
@@ -97,6 +98,25 @@ class SeededPermutation:
         return f"SeededPermutation(n={self.n}, seed={self.seed})"
 
 
+def parse_count(value: int | str, *, what: str = "count") -> int:
+    """A whole number of examples: ``30000``, ``"30k"``, ``"2121M"``, ``"1.5B"``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what}: expected a whole number of examples, got {value!r}")
+    if isinstance(value, Integral):
+        return int(value)
+    if isinstance(value, Real) and float(value).is_integer():
+        return int(value)
+    if isinstance(value, str) and (m := _SIZE.match(value)):
+        number, suffix = m.groups()
+        count = float(number) * _SUFFIX[suffix]
+        if count.is_integer():
+            return int(count)
+    raise ValueError(
+        f"{what}: expected a whole number of examples such as 30000, '30k' or '2121M', "
+        f"got {value!r}"
+    )
+
+
 def parse_subset(subset: SubsetSpec) -> int | float | None:
     """A subset spec as a count (int) or a fraction in (0, 1] (float); ``None`` = all.
 
@@ -107,7 +127,9 @@ def parse_subset(subset: SubsetSpec) -> int | float | None:
     if subset is None:
         return None
     if isinstance(subset, bool):
-        raise ValueError(f"subset: expected a count, a fraction or a size like '9M', got {subset!r}")
+        raise ValueError(
+            f"subset: expected a count, a fraction or a size like '9M', got {subset!r}"
+        )
     if isinstance(subset, Integral):
         if subset < 1:
             raise ValueError(f"subset: a count must be >= 1, got {subset}")
@@ -128,10 +150,7 @@ def parse_subset(subset: SubsetSpec) -> int | float | None:
             number, suffix = m.groups()
             if not suffix:
                 return parse_subset(float(number) if "." in number else int(number))
-            count = float(number) * _SUFFIX[suffix]
-            if not count.is_integer():
-                raise ValueError(f"subset: {subset!r} is not a whole number of examples")
-            return parse_subset(int(count))
+            return parse_subset(parse_count(subset, what="subset"))
     raise ValueError(
         f"subset: cannot read {subset!r}; use a count (30000), a fraction (0.1), "
         "a percentage ('10%') or a size with a k/M/B suffix ('9M')"

@@ -135,14 +135,16 @@ def _background(u: np.ndarray, light_bg: np.ndarray, size: int) -> Tensor:
     # Bake the gradient into the grid: bilinear interpolation reproduces a linear ramp.
     g = (torch.arange(_NOISE_GRID, dtype=torch.float32) + 0.5) / _NOISE_GRID - 0.5
     ramp = rearrange(g, "x -> 1 1 1 x") * rearrange(d[:, 0], "b -> b 1 1 1")
-    ramp = ((ramp + rearrange(g, "y -> 1 1 y 1") * rearrange(d[:, 1], "b -> b 1 1 1")) + 0.5)
+    ramp = (ramp + rearrange(g, "y -> 1 1 y 1") * rearrange(d[:, 1], "b -> b 1 1 1")) + 0.5
     grid = grid + c0 + ramp.clamp_(0.0, 1.0) * (c1 - c0)
     # Separable bilinear upsampling (pixel centres, clamped at the borders): along x on
     # the small grid, then along y with two row gathers.
     i0, w = _lerp_weights(size, _NOISE_GRID)
     grid = rearrange(grid, "b c gy gx -> (b c gy) gx")
     left, right = grid.index_select(1, i0), grid.index_select(1, i0 + 1)
-    rows = rearrange(right.sub_(left).mul_(w).add_(left), "(b c gy) w -> (b c) gy w", c=3, gy=_NOISE_GRID)
+    rows = rearrange(
+        right.sub_(left).mul_(w).add_(left), "(b c gy) w -> (b c) gy w", c=3, gy=_NOISE_GRID
+    )
     top, bottom = rows.index_select(1, i0), rows.index_select(1, i0 + 1)
     bottom.sub_(top).mul_(rearrange(w, "h -> h 1"))
     return rearrange(top.add_(bottom), "(b c) h w -> b c h w", c=3)
@@ -289,7 +291,7 @@ def _texture(canvas: Tensor, u: np.ndarray, labels: np.ndarray, light_bg: np.nda
     ink = torch.zeros_like(patch)
     for kind in np.unique(labels):
         sel = torch.from_numpy(np.nonzero(labels == kind)[0])
-        pick = lambda t: t.index_select(0, sel)  # noqa: E731
+        pick = lambda t, sel=sel: t.index_select(0, sel)  # noqa: E731
         sd = _texture_sd(int(kind), pick(pxp), pick(pyp), pick(cxp), pick(cyp))
         ink.index_copy_(0, sel, _edge(sd * pick(period_px)).expand(len(sel), size, size))
     _over(canvas, ink * patch, _colours(o[:, 10:13], ~light_bg))
@@ -306,7 +308,10 @@ def _glyph_object(
     else:
         pairs = np.asarray(task.pairs)[labels]
         swap = o[:, 17] < 0.5
-        glyphs = [np.where(swap, pairs[:, 1], pairs[:, 0]), np.where(swap, pairs[:, 0], pairs[:, 1])]
+        glyphs = [
+            np.where(swap, pairs[:, 1], pairs[:, 0]),
+            np.where(swap, pairs[:, 0], pairs[:, 1]),
+        ]
         scale_range, halves = _PAIR_SCALE, [(0.0, 0.5), (0.5, 1.0)]
     # A pair splits the image in halves, side by side or one above the other; each glyph
     # stays inside its half, so the two never overlap.
@@ -326,7 +331,9 @@ def _glyph_object(
 def render(task: SyntheticTask, split: str, indices: np.ndarray, image_size: int) -> Batch:
     """Images ``(B, 3, S, S)`` in [-1, 1] and int64 labels for ``indices`` of one split."""
     if not MIN_SIZE <= image_size <= MAX_SIZE:
-        raise ValueError(f"synthetic image_size must be in [{MIN_SIZE}, {MAX_SIZE}], got {image_size}")
+        raise ValueError(
+            f"synthetic image_size must be in [{MIN_SIZE}, {MAX_SIZE}], got {image_size}"
+        )
     indices = np.asarray(indices, dtype=np.int64)
     key = derive_key(WORLD_SEED, task.stream, _SPLIT_STREAM[split])
     images = torch.empty(len(indices), 3, image_size, image_size)

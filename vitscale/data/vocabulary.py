@@ -23,7 +23,6 @@ renderer is :mod:`vitscale.data.synthetic`.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from functools import cache
 from itertools import combinations
@@ -152,18 +151,24 @@ TASKS: dict[str, SyntheticTask] = {
 }
 
 
-def _connected(bits: np.ndarray) -> bool:
-    cells = list(zip(*np.nonzero(bits), strict=True))
-    seen = {cells[0]}
-    todo = deque(seen)
-    while todo:
-        r, c = todo.popleft()
-        for nb in ((r + 1, c), (r - 1, c), (r, c + 1), (r, c - 1)):
-            if nb not in seen and 0 <= nb[0] < GLYPH_GRID and 0 <= nb[1] < GLYPH_GRID:
-                if bits[nb]:
-                    seen.add(nb)
-                    todo.append(nb)
-    return len(seen) == len(cells)
+def _connected(bits: np.ndarray) -> np.ndarray:
+    """Which of the ``(B, G, G)`` bitmaps are 4-connected: grow each from its first set
+    cell, one step in the four directions at a time, inside the bitmap."""
+    flat = bits.reshape(len(bits), -1)
+    reached = np.zeros_like(flat)
+    reached[np.arange(len(flat)), flat.argmax(axis=1)] = True
+    reached = reached.reshape(bits.shape) & bits
+    for _ in range(GLYPH_GRID * GLYPH_GRID):
+        grown = reached.copy()
+        grown[:, 1:] |= reached[:, :-1]
+        grown[:, :-1] |= reached[:, 1:]
+        grown[:, :, 1:] |= reached[:, :, :-1]
+        grown[:, :, :-1] |= reached[:, :, 1:]
+        grown &= bits
+        if (grown == reached).all():
+            break
+        reached = grown
+    return (reached == bits).all(axis=(1, 2))
 
 
 @cache
@@ -177,24 +182,23 @@ def glyph_bank(n: int) -> np.ndarray:
     """
     key = derive_key(WORLD_SEED, 0xC1A55)
     cells = GLYPH_GRID * GLYPH_GRID
-    kept: list[np.ndarray] = []
-    flat = np.zeros((0, cells), dtype=bool)
-    start = 0
-    while len(kept) < n:
+    kept = np.zeros((n, cells), dtype=bool)
+    count, start = 0, 0
+    while count < n:
         candidates = uniform(key, np.arange(start, start + 4096), cells) < 0.5
         start += 4096
-        for cand in candidates:
-            if not _GLYPH_CELLS[0] <= cand.sum() <= _GLYPH_CELLS[1]:
+        # The tests that do not depend on the glyphs kept so far, for the whole batch.
+        bits = candidates.reshape(-1, GLYPH_GRID, GLYPH_GRID)
+        size = candidates.sum(axis=1)
+        sides = bits[:, 0].any(1) & bits[:, -1].any(1) & bits[:, :, 0].any(1) & bits[:, :, -1].any(1)
+        ok = (size >= _GLYPH_CELLS[0]) & (size <= _GLYPH_CELLS[1]) & sides
+        ok[ok] = _connected(bits[ok])
+        # Then the greedy distance test, in candidate order.
+        for cand in candidates[ok]:
+            if count and (kept[:count] != cand).sum(axis=1).min() < MIN_GLYPH_DISTANCE:
                 continue
-            bits = np.asarray(np.split(cand, GLYPH_GRID))
-            if not (bits[0].any() and bits[-1].any() and bits[:, 0].any() and bits[:, -1].any()):
-                continue
-            if len(kept) and (flat != cand).sum(axis=1).min() < MIN_GLYPH_DISTANCE:
-                continue
-            if not _connected(bits):
-                continue
-            kept.append(bits)
-            flat = np.concatenate([flat, cand[None]])
-            if len(kept) == n:
+            kept[count] = cand
+            count += 1
+            if count == n:
                 break
-    return np.stack(kept)
+    return kept.reshape(n, GLYPH_GRID, GLYPH_GRID)

@@ -45,7 +45,8 @@ class TransferEvaluator:
             self.upstream = (test, list(range(n)))
 
     def _fewshot_set(self, name: str, shots: list[int], seeds: int, test_examples: int | None) -> _FewShotSet:
-        train = build_dataset(name, "train", seed=self.cfg.seed, **self._build)
+        # Few-shot features are of the evaluation view (resize + centre crop), never augmented.
+        train = build_dataset(name, "train", seed=self.cfg.seed, augment=False, **self._build)
         test = build_dataset(name, "test", seed=self.cfg.seed, **self._build)
         samples = {}
         for seed in range(seeds):

@@ -1,0 +1,180 @@
+"""Synthetic-data generation speed against what the demo models consume.
+
+The issue's requirement: rendering the embedded synthetic set must never slow training,
+i.e. generation at least 10x faster than a training step of the demo models eats images.
+Measured on this machine, same threads for both:
+
+- generation, images/s, at 32, 64, 128 and 224 px: ``render`` on a batch of random
+  indices of the upstream train split (batched torch rendering), and the same through
+  ``build_loader`` (``num_workers=0``: rendering in the training process, the demo default);
+- consumption, images/s: one training step (forward, cross-entropy, backward, AdamW) of
+  ``ViT-Pico/4``, ``ViT-Nano/4`` and ``BiT-R26x0.5`` at 32 px, batch 128, on the CPU.
+
+Measurements are interleaved round by round (generation, models, generation, ...) so a
+change in machine load hits all of them alike; each entry is the median over rounds.
+
+    python benchmarks/data_throughput.py                       # the table
+    python benchmarks/data_throughput.py --threads 1 --rounds 5
+    python benchmarks/data_throughput.py --out bench/data_throughput.json
+
+Writes nothing unless ``--out`` is given (``.json``: rows as JSON, otherwise the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vitscale.data import build_dataset, build_loader  # noqa: E402
+from vitscale.data.synthetic import render  # noqa: E402
+from vitscale.data.vocabulary import TASKS, UPSTREAM  # noqa: E402
+from vitscale.models import create_model  # noqa: E402
+
+REQUIRED_RATIO = 10.0
+MODELS = ("ViT-Pico/4", "ViT-Nano/4", "BiT-R26x0.5")
+
+
+def timed(fn, *, images_per_call: int, min_seconds: float) -> float:
+    """Images/s of ``fn`` called repeatedly for at least ``min_seconds`` (after one warm-up)."""
+    fn()
+    calls, started = 0, time.perf_counter()
+    while True:
+        fn()
+        calls += 1
+        elapsed = time.perf_counter() - started
+        if elapsed >= min_seconds:
+            return calls * images_per_call / elapsed
+
+
+class RenderBench:
+    """``render`` of ``batch`` random upstream train indices (fresh ones every call)."""
+
+    def __init__(self, size: int, batch: int) -> None:
+        self.size, self.batch = size, batch
+        self.rng = np.random.default_rng(size)
+        self.task = TASKS[UPSTREAM]
+
+    def __call__(self) -> None:
+        indices = self.rng.integers(0, self.task.split_size("train"), self.batch)
+        render(self.task, "train", indices, self.size)
+
+
+class LoaderBench:
+    """``next()`` on ``build_loader`` over the whole upstream train split."""
+
+    def __init__(self, size: int, batch: int) -> None:
+        dataset = build_dataset(UPSTREAM, "train", image_size=size)
+        self.batches = iter(build_loader(dataset, batch_size=batch, seed=0, num_workers=0))
+
+    def __call__(self) -> None:
+        next(self.batches)
+
+
+class TrainStepBench:
+    """One AdamW training step of a registry model on a fixed batch (images already made)."""
+
+    def __init__(self, name: str, *, size: int, batch: int) -> None:
+        torch.manual_seed(0)
+        self.model = create_model(name, num_classes=TASKS[UPSTREAM].num_classes, image_size=size)
+        self.model.train()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        self.images = torch.randn(batch, 3, size, size)
+        self.targets = torch.randint(0, TASKS[UPSTREAM].num_classes, (batch,))
+
+    def __call__(self) -> None:
+        loss = F.cross_entropy(self.model(self.images), self.targets)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[32, 64, 128, 224])
+    p.add_argument("--render-batch", type=int, default=256, help="images per render call")
+    p.add_argument("--loader-batch", type=int, default=128, help="per-process loader batch")
+    p.add_argument("--models", nargs="+", default=list(MODELS))
+    p.add_argument("--model-size", type=int, default=32, help="model input resolution")
+    p.add_argument("--model-batch", type=int, default=128)
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
+    p.add_argument("--min-seconds", type=float, default=1.0, help="per measurement")
+    p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
+    p.add_argument("--out", help="write the results (.json: rows; otherwise the table)")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    benches: dict[tuple[str, str, int], object] = {}
+    for size in args.sizes:
+        benches[("generate", "render (batched)", size)] = (
+            RenderBench(size, args.render_batch),
+            args.render_batch,
+        )
+        benches[("generate", "build_loader, 0 workers", size)] = (
+            LoaderBench(size, args.loader_batch),
+            args.loader_batch,
+        )
+    for name in args.models:
+        bench = TrainStepBench(name, size=args.model_size, batch=args.model_batch)
+        benches[("consume", f"{name} train step", args.model_size)] = (bench, args.model_batch)
+
+    samples: dict[tuple[str, str, int], list[float]] = {k: [] for k in benches}
+    for _ in range(args.rounds):
+        for key, (fn, per_call) in benches.items():
+            samples[key].append(timed(fn, images_per_call=per_call, min_seconds=args.min_seconds))
+    rate = {k: statistics.median(v) for k, v in samples.items()}
+
+    def generation(size: int) -> float:  # what training sees: the loader
+        return rate[("generate", "build_loader, 0 workers", size)]
+
+    consumers = {k: v for k, v in rate.items() if k[0] == "consume"}
+    fastest = max(consumers.values())
+    rows = []
+    lines = [
+        f"synthetic-data throughput on {torch.get_num_threads()} torch thread(s), "
+        f"median of {args.rounds} interleaved rounds",
+        "",
+        f"{'what':<10} {'how':<28} {'px':>4} {'images/s':>10}  {'vs fastest model':>16}",
+    ]
+    for (kind, how, size), value in rate.items():
+        ratio = value / fastest if kind == "generate" and size == args.model_size else None
+        rows.append(
+            dict(what=kind, how=how, px=size, images_per_s=value, ratio_to_fastest_model=ratio)
+        )
+        shown = f"{ratio:>15.1f}x" if ratio is not None else ""
+        lines.append(f"{kind:<10} {how:<28} {size:>4} {value:>10,.0f}  {shown:>16}")
+    at = generation(args.model_size)
+    ratio = at / fastest
+    verdict = "meets" if ratio >= REQUIRED_RATIO else "FAILS"
+    lines += [
+        "",
+        f"generation through the loader at {args.model_size} px: {at:,.0f} images/s; the "
+        f"hungriest demo model consumes {fastest:,.0f} images/s -> {ratio:.1f}x "
+        f"({verdict} the required {REQUIRED_RATIO:.0f}x)",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.suffix == ".json":
+            out.write_text(
+                json.dumps(dict(threads=torch.get_num_threads(), rows=rows, ratio=ratio), indent=2)
+            )
+        else:
+            out.write_text(text + "\n")
+    return 0 if ratio >= REQUIRED_RATIO else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
