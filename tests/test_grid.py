@@ -119,12 +119,14 @@ def test_data_and_resources_are_checked_before_anything_runs(tmp_path, capsys):
         blocks=[
             {"name": "big-subset", "set": {"data.dataset": "synthetic-glyphs", "data.subset": 5000}},
             {"name": "missing", "set": {"data.dataset": f"imagefolder:{tmp_path}/nowhere"}},
+            {"name": "transfer", "set": {"eval.finetune.datasets": ["cifar10"], "data.root": str(tmp_path)}},
         ],
         resources={"default": {"gpus": 8, "time": "24:00:00"}},
     )
     err = _errors(_write(tmp_path, grid), capsys, "--executor", "slurm", "--profile", str(profile))
     assert "block 'big-subset': data: synthetic-glyphs: subset: 5000 asks for 5,000 examples but the split has only 2,000" in err
     assert f"block 'missing': data: imagefolder:{tmp_path}/nowhere: nothing under {tmp_path}/nowhere" in err
+    assert "block 'transfer': eval.finetune: cifar10: missing cifar-10-batches-py/batches.meta" in err
     assert "resources: gpus=8 on 1 node(s) but profile 'small' has 4 GPUs per node" in err
     assert "time=24:00:00 exceeds profile 'small' limit 04:00:00" in err
     assert not (tmp_path / "runs").exists()
@@ -207,3 +209,23 @@ def test_a_held_cell_is_neither_planned_nor_run_twice(tmp_path, capsys):
         assert run_cell(item.run_dir) == 0  # another process holds it: leaves it alone
         assert "another process is running this cell" in capsys.readouterr().out
         assert not (item.run_dir / rf.RESULT).exists()
+
+
+def test_a_worker_survives_a_broken_cell(tmp_path):
+    """The local executor's persistent worker: a cell that raises is reported failed, with
+    its traceback in its own log, and the next cell still runs in the same process."""
+    import subprocess
+    import sys
+
+    g = load_grid(_write(tmp_path, _tiny_grid()))
+    broken, good = (item.run_dir for item in plan(g, tmp_path / "runs"))
+    for item in plan(g, tmp_path / "runs"):
+        prepare(item)
+    (broken / rf.CONFIG).write_text("{ not json")
+    served = subprocess.run(
+        [sys.executable, "-m", "vitscale.grid.cellrun", "--serve"],
+        input=f"{broken}\n{good}\n", capture_output=True, text=True, timeout=300,
+    )
+    assert served.returncode == 0 and served.stdout.split() == ["1", "0"], served.stderr
+    assert "JSONDecodeError" in (broken / rf.LOG).read_text()
+    assert rf.read_json(good / rf.RESULT)["status"] == rf.STATUS_DONE

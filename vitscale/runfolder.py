@@ -31,6 +31,7 @@ METRICS = "metrics.jsonl"
 RESULT = "result.json"
 CHECKPOINTS = "checkpoints"
 LOCK = ".lock"
+LOG = "log.txt"  # what the executors capture of a cell's output
 
 STATUS_DONE = "done"
 STATUS_FAILED = "failed"

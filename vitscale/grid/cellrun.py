@@ -2,6 +2,7 @@
 
     python -m vitscale.grid.cellrun RUNS/<grid>/<cell id>           # one process
     torchrun --standalone --nproc_per_node 2 -m vitscale.grid.cellrun RUNS/<grid>/<cell id>
+    python -m vitscale.grid.cellrun --serve                          # cells named on stdin
 
 The cell's resolved config is the run folder's ``config.json`` (written at submission).
 An exclusive lock on ``<run>/.lock`` (held by the rank-0 process while it trains) makes
@@ -107,7 +108,54 @@ def run_cell(run_dir: str | Path) -> int:
     return EXIT_OK if result["status"] == rf.STATUS_DONE else EXIT_FAILED
 
 
+@contextlib.contextmanager
+def _output_to(path: Path) -> Iterator[None]:
+    """Send this process's stdout and stderr (file descriptors, so native code's output
+    too) to ``path`` for the duration, appending."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for f in (fd, *saved):
+            os.close(f)
+
+
+def serve() -> int:
+    """Run the cells named on stdin, one path per line, one after another in this process;
+    answer each with its exit code on a line of stdout.
+
+    The local executor's workers: a process per cell would pay the interpreter and library
+    start-up (about 4 s: torch, its optimiser's compiler hooks) for every cell, a large
+    share of a CPU demo cell. Each cell's output goes to its own ``log.txt``; a cell that
+    raises is reported failed (exit 1) and the next one runs.
+    """
+    import traceback
+
+    report = os.fdopen(os.dup(1), "w", buffering=1)
+    for line in sys.stdin:
+        run_dir = Path(line.strip())
+        with _output_to(run_dir / rf.LOG):
+            try:
+                code = run_cell(run_dir)
+            except Exception:  # noqa: BLE001 - reported in the cell's log, then the next cell
+                traceback.print_exc()
+                code = EXIT_FAILED
+        report.write(f"{code}\n")
+    return EXIT_OK
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--serve"]:
+        sys.exit(serve())
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m vitscale.grid.cellrun RUN_DIR")
+        sys.exit("usage: python -m vitscale.grid.cellrun RUN_DIR | --serve")
     sys.exit(run_cell(sys.argv[1]))

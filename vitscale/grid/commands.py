@@ -28,11 +28,15 @@ def _validate_for_running(grid: Grid, profile: Profile | None) -> None:
     seen: set[str] = set()
     for cell in grid.cells:
         where = f"{grid.path}: block {cell.block!r}"
-        d = cell.config.data
-        for message in check_available(d.dataset, root=d.root, subset=d.subset, download=d.download):
-            if message not in seen:
-                seen.add(message)
-                problems.append(f"{where}: data: {message}")
+        d, e = cell.config.data, cell.config.eval
+        checks = [("data", d.dataset, d.subset)]
+        checks += [("eval.fewshot", name, None) for name in e.fewshot.datasets]
+        checks += [("eval.finetune", name, None) for name in e.finetune.datasets]
+        for key, name, subset in checks:
+            for message in check_available(name, root=d.root, subset=subset, download=d.download):
+                if message not in seen:
+                    seen.add(message)
+                    problems.append(f"{where}: {key}: {message}")
         if profile is not None:
             for message in profile.check(grid.resources_for(cell), f"{where}: resources"):
                 if message not in seen:
@@ -102,11 +106,16 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
         )
     print("-" * len(head))
     print(
-        f"total: {total['exaflops']:.4g} exaFLOPs, {total['gpu_hours']:,.1f} GPU-hours at "
+        f"total: {_exaflops(total['exaflops'])} exaFLOPs, {total['gpu_hours']:,.1f} GPU-hours at "
         f"{est.sustained_tflops:g} TFLOP/s sustained per GPU (profile {est.name!r}); "
         f"{total['to_run']} cells to run ({total['gpu_hours_to_run']:,.1f} GPU-hours), {total['done']} done"
     )
     return 0
+
+
+def _exaflops(value: float) -> str:
+    """15650.2 -> "15,650"; 0.000132 -> "0.000132": whole numbers at paper scale."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def _dataset(name: str) -> str:

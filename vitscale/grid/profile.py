@@ -25,8 +25,6 @@ import difflib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-import yaml
-
 from ..config import yaml_load
 
 

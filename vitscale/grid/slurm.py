@@ -42,8 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import runfolder as rf
+from ..runfolder import LOG
 from .cellrun import EXIT_OK, EXIT_PREEMPTED, is_done
-from .local import LOG, cell_command
+from .local import cell_command
 from .plan import JOB_FILE, Planned, plan, prepare
 from .profile import Profile, parse_time
 from .spec import Grid
