@@ -78,7 +78,9 @@ def summarise(frame: pd.DataFrame, *, metric: str | None = None, shots: int = 5)
     if metric not in done.columns:
         raise ValueError(f"no column {metric!r}; metrics: {', '.join(M.transfer_metrics(done))}")
     done = done[done[metric].notna() & done["num_examples"].notna()]
-    by_model = done.pivot_table(index="model", columns="num_examples", values=metric, aggfunc="mean")
+    by_model = done.pivot_table(
+        index="model", columns="num_examples", values=metric, aggfunc="mean"
+    )
     best = done.groupby(["num_examples", "model", "family"])[metric].mean().reset_index()
     by_subset = best.groupby(["num_examples", "family"])[metric].max().unstack("family")
     by_subset = by_subset.reindex(columns=["ViT", "ResNet"]).astype(float)
@@ -88,9 +90,10 @@ def summarise(frame: pd.DataFrame, *, metric: str | None = None, shots: int = 5)
     largest = done[done["num_examples"] == done.groupby("model")["num_examples"].transform("max")]
     models = largest.groupby(["family", "model"])[[metric, "exaflops"]].mean().reset_index()
     compute = (
-        models.groupby("family")
-        .apply(
-            lambda g: pd.Series({"models": len(g), "spearman": _spearman(g["exaflops"], g[metric])}),
+        models.groupby("family").apply(
+            lambda g: pd.Series(
+                {"models": len(g), "spearman": _spearman(g["exaflops"], g[metric])}
+            ),
             include_groups=False,
         )
         if len(models)

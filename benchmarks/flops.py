@@ -27,7 +27,9 @@ REAL_PARAM_LIMIT = 30_000_000
 def table6() -> None:
     print(f"{'model':<17} {'ep':>3} {'paper EF':>9} {'ours EF':>9} {'error':>8}  flag")
     for r in flops.table6_check():
-        print(f"{r.model:<17} {r.epochs:>3} {r.paper:>9.0f} {r.ours:>9.1f} {100 * r.rel_error:>+7.2f}%  {r.flag}")
+        print(
+            f"{r.model:<17} {r.epochs:>3} {r.paper:>9.0f} {r.ours:>9.1f} {100 * r.rel_error:>+7.2f}%  {r.flag}"
+        )
 
 
 def counter(resolution: int) -> None:
@@ -51,14 +53,18 @@ def counter(resolution: int) -> None:
         with FlopCounterMode(display=False) as fc, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
             model(x)
         measured = fc.get_total_flops()
-        print(f"{name:<17} {res:>4} {ours.flops / 1e9:>15.3f} {measured / 1e9:>16.3f} "
-              f"{100 * (ours.flops / measured - 1):>+7.2f}%")
+        print(
+            f"{name:<17} {res:>4} {ours.flops / 1e9:>15.3f} {measured / 1e9:>16.3f} "
+            f"{100 * (ours.flops / measured - 1):>+7.2f}%"
+        )
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--table6", action="store_true", help="only the paper Table 6 comparison")
-    p.add_argument("--resolution", type=int, default=64, help="FlopCounterMode resolution (default 64)")
+    p.add_argument(
+        "--resolution", type=int, default=64, help="FlopCounterMode resolution (default 64)"
+    )
     args = p.parse_args()
     table6()
     if not args.table6:

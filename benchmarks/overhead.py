@@ -54,15 +54,28 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--runs", type=Path, help="runs root (default: a temporary folder)")
     p.add_argument("--no-run", action="store_true", help="only read the run folders of --runs")
-    p.add_argument("--wall-clock", type=float, help="with --no-run: the grid's measured wall-clock (s)")
+    p.add_argument(
+        "--wall-clock", type=float, help="with --no-run: the grid's measured wall-clock (s)"
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
 
     runs = args.runs or Path(tempfile.mkdtemp(prefix="vitscale-overhead-"))
     wall = args.wall_clock
     if not args.no_run:
-        command = [sys.executable, "-m", "vitscale.cli", "grid", str(args.grid), "--executor", "local",
-                   "--workers", str(args.workers), "--runs", str(runs)]
+        command = [
+            sys.executable,
+            "-m",
+            "vitscale.cli",
+            "grid",
+            str(args.grid),
+            "--executor",
+            "local",
+            "--workers",
+            str(args.workers),
+            "--runs",
+            str(runs),
+        ]
         start = time.perf_counter()
         subprocess.run(command, check=True, cwd=ROOT)
         wall = time.perf_counter() - start
@@ -82,14 +95,18 @@ def main() -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"{len(results)} cells, {args.workers} workers, grid wall-clock "
-          f"{'?' if wall is None else f'{wall:.0f} s'}")
+    print(
+        f"{len(results)} cells, {args.workers} workers, grid wall-clock "
+        f"{'?' if wall is None else f'{wall:.0f} s'}"
+    )
     print(f"{'phase':<11} {'seconds':>9} {'vs steps':>9}")
     for phase in ("step", *OVERHEAD, "finetune", "other"):
         share = f"{100 * totals[phase] / step:8.1f}%" if step else ""
         print(f"{phase:<11} {totals[phase]:9.1f} {share:>9}")
-    print(f"overhead (start-up, setup, data, logging, evaluation, checkpointing) = "
-          f"{100 * report['overhead_vs_steps']:.1f}% of the training-step time")
+    print(
+        f"overhead (start-up, setup, data, logging, evaluation, checkpointing) = "
+        f"{100 * report['overhead_vs_steps']:.1f}% of the training-step time"
+    )
     return 0
 
 

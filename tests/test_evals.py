@@ -38,15 +38,21 @@ def test_ridge_matches_an_independent_numpy_solution(n, d):
     scores = _numpy_ridge_predictions(train_x, train_y, test_x, k, 1024.0)
     expected = (scores.argmax(1) == test_y).mean()
     ours = ridge_fewshot_accuracy(
-        torch.tensor(train_x), torch.tensor(train_y), torch.tensor(test_x), torch.tensor(test_y),
+        torch.tensor(train_x),
+        torch.tensor(train_y),
+        torch.tensor(test_x),
+        torch.tensor(test_y),
         num_classes=k,
     )
     assert ours == pytest.approx(expected, abs=1e-6)
     # The scores themselves agree too: check through a one-example test set per class.
     for c in range(k):
         single = ridge_fewshot_accuracy(
-            torch.tensor(train_x), torch.tensor(train_y), torch.tensor(test_x[:1]),
-            torch.tensor([c]), num_classes=k,
+            torch.tensor(train_x),
+            torch.tensor(train_y),
+            torch.tensor(test_x[:1]),
+            torch.tensor([c]),
+            num_classes=k,
         )
         assert single == float(scores[0].argmax() == c)
 
@@ -112,8 +118,14 @@ def test_fewshot_features_use_the_evaluation_view_of_real_datasets(tmp_path):
             path = tmp_path / split / f"c{i % 3}" / f"{i}.jpg"
             path.parent.mkdir(parents=True, exist_ok=True)
             Image.fromarray(rng.integers(0, 255, (48, 40, 3), dtype=np.uint8)).save(path)
-    cfg = resolve(tiny_config(eval={"fewshot": {"datasets": [f"imagefolder:{tmp_path}"], "shots": [2],
-                                                "seeds": 1}, "upstream": {"examples": 0}}))
+    cfg = resolve(
+        tiny_config(
+            eval={
+                "fewshot": {"datasets": [f"imagefolder:{tmp_path}"], "shots": [2], "seeds": 1},
+                "upstream": {"examples": 0},
+            }
+        )
+    )
     accelerator, _ = make_accelerator(precision="fp32")
     evaluator = TransferEvaluator(cfg, accelerator=accelerator, upstream_num_classes=256)
     (fs,) = evaluator.fewshot

@@ -16,7 +16,7 @@ from vitscale import runfolder as rf
 from vitscale.cli import main
 from vitscale.grid.cellrun import cell_lock, run_cell
 from vitscale.grid.plan import plan, prepare
-from vitscale.grid.spec import GridError, load_grid
+from vitscale.grid.spec import load_grid
 
 from .conftest import tiny_config
 
@@ -30,9 +30,15 @@ def _write(tmp_path: Path, grid: dict, name: str = "g.yaml") -> Path:
 
 
 def _tiny_grid(**extra) -> dict:
-    base = tiny_config(train={"steps": 4, "eval_every": None, "checkpoint_every": None},
-                       eval={"fewshot": {"datasets": []}, "upstream": {"examples": 0}})
-    return {"name": "tiny", "base": base, "blocks": [{"name": "vit", "axes": {"seed": [0, 1]}}]} | extra
+    base = tiny_config(
+        train={"steps": 4, "eval_every": None, "checkpoint_every": None},
+        eval={"fewshot": {"datasets": []}, "upstream": {"examples": 0}},
+    )
+    return {
+        "name": "tiny",
+        "base": base,
+        "blocks": [{"name": "vit", "axes": {"seed": [0, 1]}}],
+    } | extra
 
 
 # --------------------------------------------------------------------------- expansion
@@ -45,8 +51,15 @@ def test_union_of_products_with_zip_and_collapsing_duplicates(tmp_path):
         "axes": {"data.subset": [256, 512]},
         "blocks": [
             {"name": "vit", "axes": {"model.name": ["ViT-Pico/4", "ViT-Pico/8"], "seed": [0, 1]}},
-            {"name": "bit", "zip": {"model.name": ["BiT-R14x0.5", "BiT-R26x0.5"], "optim.lr": [1e-3, 3e-4]}},
-            {"name": "again", "set": {"seed": 0}, "axes": {"model.name": ["ViT-Pico/4"]}},  # already in vit
+            {
+                "name": "bit",
+                "zip": {"model.name": ["BiT-R14x0.5", "BiT-R26x0.5"], "optim.lr": [1e-3, 3e-4]},
+            },
+            {
+                "name": "again",
+                "set": {"seed": 0},
+                "axes": {"model.name": ["ViT-Pico/4"]},
+            },  # already in vit
         ],
     }
     g = load_grid(_write(tmp_path, grid))
@@ -73,9 +86,15 @@ def _shuffle_keys(obj, rng):
     lrs=st.lists(st.sampled_from([1e-4, 3e-4, 1e-3, 3e-3]), min_size=1, max_size=3),
     shuffle=st.integers(0, 2**16),
 )
-def test_ids_are_stable_under_key_order_and_unique_per_config(tmp_path_factory, seeds, lrs, shuffle):
+def test_ids_are_stable_under_key_order_and_unique_per_config(
+    tmp_path_factory, seeds, lrs, shuffle
+):
     tmp = tmp_path_factory.mktemp("grid")
-    grid = {"name": "p", "base": tiny_config(), "blocks": [{"name": "b", "axes": {"seed": seeds, "optim.lr": lrs}}]}
+    grid = {
+        "name": "p",
+        "base": tiny_config(),
+        "blocks": [{"name": "b", "axes": {"seed": seeds, "optim.lr": lrs}}],
+    }
     cells = load_grid(_write(tmp, grid)).cells
     assert len(cells) == len(set(seeds)) * len(set(lrs))  # duplicates collapse, nothing else does
     shuffled = load_grid(_write(tmp, _shuffle_keys(grid, random.Random(shuffle)), "s.yaml")).cells
@@ -117,16 +136,30 @@ def test_data_and_resources_are_checked_before_anything_runs(tmp_path, capsys):
     profile.write_text("partition: gpu\ngpus_per_node: 4\nmax_nodes: 1\ntime_limit: '04:00:00'\n")
     grid = _tiny_grid(
         blocks=[
-            {"name": "big-subset", "set": {"data.dataset": "synthetic-glyphs", "data.subset": 5000}},
+            {
+                "name": "big-subset",
+                "set": {"data.dataset": "synthetic-glyphs", "data.subset": 5000},
+            },
             {"name": "missing", "set": {"data.dataset": f"imagefolder:{tmp_path}/nowhere"}},
-            {"name": "transfer", "set": {"eval.finetune.datasets": ["cifar10"], "data.root": str(tmp_path)}},
+            {
+                "name": "transfer",
+                "set": {"eval.finetune.datasets": ["cifar10"], "data.root": str(tmp_path)},
+            },
         ],
         resources={"default": {"gpus": 8, "time": "24:00:00"}},
     )
     err = _errors(_write(tmp_path, grid), capsys, "--executor", "slurm", "--profile", str(profile))
-    assert "block 'big-subset': data: synthetic-glyphs: subset: 5000 asks for 5,000 examples but the split has only 2,000" in err
-    assert f"block 'missing': data: imagefolder:{tmp_path}/nowhere: nothing under {tmp_path}/nowhere" in err
-    assert "block 'transfer': eval.finetune: cifar10: missing cifar-10-batches-py/batches.meta" in err
+    assert (
+        "block 'big-subset': data: synthetic-glyphs: subset: 5000 asks for 5,000 examples but the split has only 2,000"
+        in err
+    )
+    assert (
+        f"block 'missing': data: imagefolder:{tmp_path}/nowhere: nothing under {tmp_path}/nowhere"
+        in err
+    )
+    assert (
+        "block 'transfer': eval.finetune: cifar10: missing cifar-10-batches-py/batches.meta" in err
+    )
     assert "resources: gpus=8 on 1 node(s) but profile 'small' has 4 GPUs per node" in err
     assert "time=24:00:00 exceeds profile 'small' limit 04:00:00" in err
     assert not (tmp_path / "runs").exists()
@@ -154,7 +187,9 @@ def finished_grid(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("local")
     path = _write(tmp, _tiny_grid())
     runs = tmp / "runs"
-    assert main(["grid", str(path), "--executor", "local", "--workers", "2", "--runs", str(runs)]) == 0
+    assert (
+        main(["grid", str(path), "--executor", "local", "--workers", "2", "--runs", str(runs)]) == 0
+    )
     return path, runs
 
 
@@ -224,7 +259,10 @@ def test_a_worker_survives_a_broken_cell(tmp_path):
     (broken / rf.CONFIG).write_text("{ not json")
     served = subprocess.run(
         [sys.executable, "-m", "vitscale.grid.cellrun", "--serve"],
-        input=f"{broken}\n{good}\n", capture_output=True, text=True, timeout=300,
+        input=f"{broken}\n{good}\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert served.returncode == 0 and served.stdout.split() == ["1", "0"], served.stderr
     assert "JSONDecodeError" in (broken / rf.LOG).read_text()

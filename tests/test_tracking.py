@@ -103,4 +103,3 @@ def test_mode_resolution(monkeypatch, tmp_path):
     monkeypatch.setenv("WANDB_MODE", "disabled")
     assert wandb_mode("auto") == "disabled"
     assert wandb_mode("offline") == "offline"  # an explicit config wins
-

@@ -136,7 +136,13 @@ train(json.loads(sys.argv[1]), sys.argv[2])
 
 def test_sigkill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path, uninterrupted):
     killed = subprocess.run(
-        [sys.executable, "-c", _DIE_DURING_SECOND_CHECKPOINT, json.dumps(tiny_config()), str(tmp_path)],
+        [
+            sys.executable,
+            "-c",
+            _DIE_DURING_SECOND_CHECKPOINT,
+            json.dumps(tiny_config()),
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -185,7 +191,13 @@ def test_two_cpu_processes_match_one(tmp_path):
     runs = {}
     for procs in (1, 2):
         run = tmp_path / f"p{procs}"
-        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}"]
+        launcher = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={procs}",
+        ]
         done = subprocess.run(
             [*launcher, "-m", "vitscale.cli", "train", str(path), "--workdir", str(run)],
             capture_output=True,

@@ -99,14 +99,26 @@ EXIT_PREEMPTED = 75  # EX_TEMPFAIL: checkpointed after SIGUSR1/SIGTERM; run agai
 
 
 def _configure_train(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", help="YAML (or config.json of a run folder) with model/data/train/... sections")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key, e.g. --set train.steps=100 (repeatable)")
+    p.add_argument(
+        "config", help="YAML (or config.json of a run folder) with model/data/train/... sections"
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set train.steps=100 (repeatable)",
+    )
     p.add_argument("--workdir", "-w", help="run folder (default: runs/adhoc/<cell id>)")
-    p.add_argument("--dry-run", action="store_true", help="validate and print the resolved config, then stop")
+    p.add_argument(
+        "--dry-run", action="store_true", help="validate and print the resolved config, then stop"
+    )
 
 
-@command("train", "pre-train one cell and evaluate its transfer (run folder contract)", _configure_train)
+@command(
+    "train", "pre-train one cell and evaluate its transfer (run folder contract)", _configure_train
+)
 def _train(args: argparse.Namespace) -> int:
     from .config import ConfigError, cell_id, load_yaml, resolve
 
@@ -127,7 +139,9 @@ def _train(args: argparse.Namespace) -> int:
     except Preempted as e:
         print(f"{e}; run the same command again to resume", file=sys.stderr)
         return EXIT_PREEMPTED
-    print(f"{result['status']}: {workdir} ({result['steps']} steps, {result['wall_clock_s']:.0f} s)")
+    print(
+        f"{result['status']}: {workdir} ({result['steps']} steps, {result['wall_clock_s']:.0f} s)"
+    )
     if result["status"] != "done":
         print(f"error: {result['error']}", file=sys.stderr)
         return EXIT_FAILED
@@ -139,20 +153,41 @@ def _train(args: argparse.Namespace) -> int:
 
 def _configure_grid(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="grid file, e.g. experiments/demo.yaml")
-    p.add_argument("--dry-run", action="store_true", help="print the cells, their cost and totals; run nothing")
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the cells, their cost and totals; run nothing"
+    )
     p.add_argument("--json", action="store_true", help="with --dry-run: machine-readable output")
     p.add_argument("--executor", choices=("local", "slurm"), default="local")
     p.add_argument("--workers", type=int, default=1, help="local: cells run at once (default 1)")
-    p.add_argument("--processes", type=int, default=1, help="local: processes per cell, via torchrun (default 1)")
-    p.add_argument("--profile", help="cluster profile YAML (slurm/profiles/NAME.yaml); sizes and estimates")
-    p.add_argument("--wait", action="store_true", help="slurm: after submitting, wait until every cell has ended")
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="local: processes per cell, via torchrun (default 1)",
+    )
+    p.add_argument(
+        "--profile", help="cluster profile YAML (slurm/profiles/NAME.yaml); sizes and estimates"
+    )
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="slurm: after submitting, wait until every cell has ended",
+    )
     p.add_argument("--runs", default="runs", help="root of the run folders (default: runs)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key in every cell, e.g. --set train.steps=10 (repeatable; "
-                   "changes the cell ids)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key in every cell, e.g. --set train.steps=10 (repeatable; "
+        "changes the cell ids)",
+    )
 
 
-@command("grid", "expand a grid file into cells and run or submit the ones not done", _configure_grid)
+@command(
+    "grid", "expand a grid file into cells and run or submit the ones not done", _configure_grid
+)
 def _grid(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -160,9 +195,16 @@ def _grid(args: argparse.Namespace) -> int:
 
     try:
         return commands.grid(
-            Path(args.file), runs_root=Path(args.runs), dry_run=args.dry_run, as_json=args.json,
-            executor=args.executor, workers=args.workers, processes=args.processes,
-            profile_path=args.profile, overrides=args.overrides, wait=args.wait,
+            Path(args.file),
+            runs_root=Path(args.runs),
+            dry_run=args.dry_run,
+            as_json=args.json,
+            executor=args.executor,
+            workers=args.workers,
+            processes=args.processes,
+            profile_path=args.profile,
+            overrides=args.overrides,
+            wait=args.wait,
         )
     except ValueError as e:
         raise UserError(str(e)) from None
@@ -170,11 +212,17 @@ def _grid(args: argparse.Namespace) -> int:
 
 def _configure_status(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", help="run folders, grid folders or a runs/ directory")
-    p.add_argument("--shots", type=int, default=5, help="few-shot column: best k-shot accuracy (default 5)")
+    p.add_argument(
+        "--shots", type=int, default=5, help="few-shot column: best k-shot accuracy (default 5)"
+    )
     p.add_argument("--json", action="store_true")
 
 
-@command("status", "done / running / pending / failed per cell, last step, best few-shot", _configure_status)
+@command(
+    "status",
+    "done / running / pending / failed per cell, last step, best few-shot",
+    _configure_status,
+)
 def _status(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -199,7 +247,9 @@ def _configure_data(p: argparse.ArgumentParser) -> None:
     pv.add_argument("--image-size", type=int, default=64, help="resolution (default 64)")
     pv.add_argument("--rows", type=int, default=8, help="classes shown, one per row (default 8)")
     pv.add_argument("--cols", type=int, default=8, help="examples per class (default 8)")
-    pv.add_argument("--split", default="train", help="train, minitrain, val or test (default train)")
+    pv.add_argument(
+        "--split", default="train", help="train, minitrain, val or test (default train)"
+    )
     pv.add_argument("--root", help="where a torchvision set or ImageNet lives")
     pv.add_argument("--download", action="store_true", help="let torchvision fetch the dataset")
 
@@ -229,8 +279,14 @@ def _data(args: argparse.Namespace) -> int:
     out = args.out or f"preview-{args.name.replace(':', '_').replace('/', '_')}.png"
     try:
         path = save_preview(
-            out, args.name, split=args.split, image_size=args.image_size, rows=args.rows,
-            cols=args.cols, root=args.root, download=args.download,
+            out,
+            args.name,
+            split=args.split,
+            image_size=args.image_size,
+            rows=args.rows,
+            cols=args.cols,
+            root=args.root,
+            download=args.download,
         )
     except ValueError as e:  # unknown name or split, bad size, dataset missing or malformed
         raise UserError(str(e)) from None
@@ -240,12 +296,21 @@ def _data(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- figures, fit
 
-command("figures", "draw Figs. 3/4/5 and Table 6 from runs (or --paper from the paper's tables)",
-        analysis_cli.configure_figures)(analysis_cli.run_figures)
-command("fit", "fit the saturating power law error = a (C + d)^-b + c to the frontier",
-        analysis_cli.configure_fit)(analysis_cli.run_fit)
-command("summary", "the measured answer: ResNet vs ViT transfer by pre-training size, and vs compute",
-        analysis_cli.configure_summary)(analysis_cli.run_summary)
+command(
+    "figures",
+    "draw Figs. 3/4/5 and Table 6 from runs (or --paper from the paper's tables)",
+    analysis_cli.configure_figures,
+)(analysis_cli.run_figures)
+command(
+    "fit",
+    "fit the saturating power law error = a (C + d)^-b + c to the frontier",
+    analysis_cli.configure_fit,
+)(analysis_cli.run_fit)
+command(
+    "summary",
+    "the measured answer: ResNet vs ViT transfer by pre-training size, and vs compute",
+    analysis_cli.configure_summary,
+)(analysis_cli.run_summary)
 
 
 # --------------------------------------------------------------------------- main

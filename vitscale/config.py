@@ -129,7 +129,9 @@ class EvalConfig:
 
 @dataclass
 class WandbConfig:
-    mode: str = "auto"  # "auto" (online with an API key, else offline) | "online" | "offline" | "disabled"
+    mode: str = (
+        "auto"  # "auto" (online with an API key, else offline) | "online" | "offline" | "disabled"
+    )
     project: str = "vitscale"
     entity: str | None = None
     tags: list[str] = field(default_factory=list)
@@ -184,14 +186,24 @@ DERIVED_KEYS = ("cell_id", "data.num_examples", "data.num_classes", "train.total
 # ----------------------------------------------------------------------------- helpers
 
 
-def to_steps(*, steps: int | None, epochs: float | None, examples: int | float | None, batch_size: int,
-             num_examples: int | None) -> int:
+def to_steps(
+    *,
+    steps: int | None,
+    epochs: float | None,
+    examples: int | float | None,
+    batch_size: int,
+    num_examples: int | None,
+) -> int:
     """The one conversion of a training duration into optimiser steps.
 
     Given once as ``steps``, ``epochs`` of the pre-training subset, or ``examples`` seen;
     epochs and examples round up to whole global batches.
     """
-    given = {k: v for k, v in dict(steps=steps, epochs=epochs, examples=examples).items() if v is not None}
+    given = {
+        k: v
+        for k, v in dict(steps=steps, epochs=epochs, examples=examples).items()
+        if v is not None
+    }
     if len(given) != 1:
         raise ValueError(
             "give the training duration exactly once as train.steps, train.epochs or "
@@ -205,7 +217,9 @@ def to_steps(*, steps: int | None, epochs: float | None, examples: int | float |
         examples = parse_count(examples, what="train.examples")
     if epochs is not None:
         if num_examples is None:
-            raise ValueError("train.epochs needs a dataset of known size; give train.steps or train.examples")
+            raise ValueError(
+                "train.epochs needs a dataset of known size; give train.steps or train.examples"
+            )
         examples = epochs * num_examples
     return max(1, -(-int(round(examples)) // batch_size))
 
@@ -217,7 +231,9 @@ class _Loader(yaml.SafeLoader):
 
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$|^[-+]?\.(inf|Inf|INF)$|^\.(nan|NaN|NAN)$"),
+    re.compile(
+        r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$|^[-+]?\.(inf|Inf|INF)$|^\.(nan|NaN|NAN)$"
+    ),
     list("-+0123456789."),
 )
 
@@ -246,7 +262,9 @@ def load_yaml(path: str | Path) -> dict:
     except yaml.YAMLError as e:
         raise ConfigError([f"not valid YAML: {e}"], source=str(path)) from None
     if not isinstance(data, dict):
-        raise ConfigError(["the top level must be a mapping of sections (model, data, train, ...)"], str(path))
+        raise ConfigError(
+            ["the top level must be a mapping of sections (model, data, train, ...)"], str(path)
+        )
     return data
 
 
@@ -312,7 +330,11 @@ def _build(cls, data: dict, prefix: str, problems: list[str]):
         path = f"{prefix}{key}"
         if key not in hints:
             close = difflib.get_close_matches(key, list(hints), n=1)
-            hint = f"; did you mean {prefix}{close[0]}?" if close else f"; valid keys: {', '.join(hints)}"
+            hint = (
+                f"; did you mean {prefix}{close[0]}?"
+                if close
+                else f"; valid keys: {', '.join(hints)}"
+            )
             problems.append(f"unknown key {path!r}{hint}")
             continue
         hint = hints[key]
@@ -362,17 +384,28 @@ def _check(cfg: Config, problems: list[str]) -> None:
             parse_count(t.examples, what="train.examples")
         except ValueError as e:
             problems.append(str(e))
-    for key in ("steps", "epochs", "batch_size", "micro_batch_size", "log_every",
-                "checkpoint_every", "eval_every"):
+    for key in (
+        "steps",
+        "epochs",
+        "batch_size",
+        "micro_batch_size",
+        "log_every",
+        "checkpoint_every",
+        "eval_every",
+    ):
         value = getattr(t, key)
         if value is not None and value <= 0:
             problems.append(f"train.{key} must be positive, got {value}")
     if t.examples is not None and not problems and parse_count(t.examples) <= 0:
         problems.append(f"train.examples must be positive, got {t.examples}")
     if t.micro_batch_size and t.batch_size % t.micro_batch_size:
-        problems.append(f"train.micro_batch_size {t.micro_batch_size} must divide train.batch_size {t.batch_size}")
+        problems.append(
+            f"train.micro_batch_size {t.micro_batch_size} must divide train.batch_size {t.batch_size}"
+        )
     if t.grad_clip < 0:
-        problems.append(f"train.grad_clip must be non-negative (0 turns clipping off), got {t.grad_clip}")
+        problems.append(
+            f"train.grad_clip must be non-negative (0 turns clipping off), got {t.grad_clip}"
+        )
     if not 0 <= t.label_smoothing < 1:
         problems.append(f"train.label_smoothing must be in [0, 1), got {t.label_smoothing}")
     if cfg.model.dropout is not None and not 0 <= cfg.model.dropout < 1:
@@ -407,8 +440,13 @@ def _check(cfg: Config, problems: list[str]) -> None:
             problems.append(f"eval.finetune.image_size: {e}")
 
 
-def resolve(config: dict | Config | None = None, *, overrides: list[str] = (), source: str | None = None,
-            num_processes: int | None = None) -> Config:
+def resolve(
+    config: dict | Config | None = None,
+    *,
+    overrides: list[str] = (),
+    source: str | None = None,
+    num_processes: int | None = None,
+) -> Config:
     """Defaults <- recipe <- ``config`` <- ``overrides``, validated; raises ConfigError.
 
     ``num_processes`` adds the checks that depend on the launch (the global batch must

@@ -53,7 +53,9 @@ def _finite_or_none(value: Any) -> Any:
 class Tracker:
     """Appends rows to ``metrics.jsonl`` and mirrors them to W&B (rank 0 only)."""
 
-    def __init__(self, *, run_dir: Path, config: dict, cell_id: str, enabled: bool, resume_step: int = 0) -> None:
+    def __init__(
+        self, *, run_dir: Path, config: dict, cell_id: str, enabled: bool, resume_step: int = 0
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.enabled = enabled
         self._wandb = None
@@ -114,7 +116,10 @@ class Tracker:
         self._file.write(json.dumps(row) + "\n")
         if self._wandb is not None:
             try:
-                self._wandb.log({k: v for k, v in row.items() if k != rf.STEP and v is not None}, step=row[rf.STEP])
+                self._wandb.log(
+                    {k: v for k, v in row.items() if k != rf.STEP and v is not None},
+                    step=row[rf.STEP],
+                )
             except Exception as e:  # noqa: BLE001
                 self._wandb_failed(e)
 

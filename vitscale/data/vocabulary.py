@@ -190,7 +190,9 @@ def glyph_bank(n: int) -> np.ndarray:
         # The tests that do not depend on the glyphs kept so far, for the whole batch.
         bits = candidates.reshape(-1, GLYPH_GRID, GLYPH_GRID)
         size = candidates.sum(axis=1)
-        sides = bits[:, 0].any(1) & bits[:, -1].any(1) & bits[:, :, 0].any(1) & bits[:, :, -1].any(1)
+        sides = (
+            bits[:, 0].any(1) & bits[:, -1].any(1) & bits[:, :, 0].any(1) & bits[:, :, -1].any(1)
+        )
         ok = (size >= _GLYPH_CELLS[0]) & (size <= _GLYPH_CELLS[1]) & sides
         ok[ok] = _connected(bits[ok])
         # Then the greedy distance test, in candidate order.

@@ -34,7 +34,9 @@ def ridge_fewshot_accuracy(
     ``*_x`` are ``(N, D)`` features, ``*_y`` integer class labels in ``[0, num_classes)``.
     """
     if train_x.ndim != 2 or test_x.ndim != 2 or train_x.shape[1] != test_x.shape[1]:
-        raise ValueError(f"features must be (N, D) with equal D, got {tuple(train_x.shape)} and {tuple(test_x.shape)}")
+        raise ValueError(
+            f"features must be (N, D) with equal D, got {tuple(train_x.shape)} and {tuple(test_x.shape)}"
+        )
     if len(train_x) != len(train_y) or len(test_x) != len(test_y):
         raise ValueError("features and labels must have the same number of rows")
     x = train_x.double()

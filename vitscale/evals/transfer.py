@@ -37,21 +37,27 @@ class TransferEvaluator:
         d = cfg.data
         self._build = dict(root=d.root, image_size=d.image_size, download=d.download)
         fs = cfg.eval.fewshot
-        self.fewshot = [self._fewshot_set(name, fs.shots, fs.seeds, fs.test_examples) for name in fs.datasets]
+        self.fewshot = [
+            self._fewshot_set(name, fs.shots, fs.seeds, fs.test_examples) for name in fs.datasets
+        ]
         self.upstream = None
         if cfg.eval.upstream.examples:
             test = build_dataset(d.dataset, "test", seed=cfg.seed, **self._build)
             n = min(cfg.eval.upstream.examples, len(test))
             self.upstream = (test, list(range(n)))
 
-    def _fewshot_set(self, name: str, shots: list[int], seeds: int, test_examples: int | None) -> _FewShotSet:
+    def _fewshot_set(
+        self, name: str, shots: list[int], seeds: int, test_examples: int | None
+    ) -> _FewShotSet:
         # Few-shot features are of the evaluation view (resize + centre crop), never augmented.
         train = build_dataset(name, "train", seed=self.cfg.seed, augment=False, **self._build)
         test = build_dataset(name, "test", seed=self.cfg.seed, **self._build)
         samples = {}
         for seed in range(seeds):
             # class-interleaved rounds: the first k * C indices hold k of every class
-            largest = fewshot_indices(labels_of(train, range(len(train))).numpy(), max(shots), seed=seed)
+            largest = fewshot_indices(
+                labels_of(train, range(len(train))).numpy(), max(shots), seed=seed
+            )
             for k in shots:
                 samples[(k, seed)] = largest[: k * train.num_classes].tolist()
         pool = sorted({i for idx in samples.values() for i in idx})
@@ -73,8 +79,12 @@ class TransferEvaluator:
             for (k, seed), indices in fs.samples.items():
                 rows = torch.tensor([row_of[i] for i in indices])
                 acc = ridge_fewshot_accuracy(
-                    pool_x[rows], pool_y[rows], test_x, test_y,
-                    num_classes=fs.num_classes, l2_reg=self.cfg.eval.fewshot.l2_reg,
+                    pool_x[rows],
+                    pool_y[rows],
+                    test_x,
+                    test_y,
+                    num_classes=fs.num_classes,
+                    l2_reg=self.cfg.eval.fewshot.l2_reg,
                 )
                 metrics[f"{rf.fewshot_key(fs.name, k)}/seed{seed}"] = acc
                 per_k.setdefault(k, []).append(acc)
@@ -98,7 +108,10 @@ class TransferEvaluator:
         ft = self.cfg.eval.finetune
         return {
             name: finetune_and_score(
-                model, cfg=self.cfg, dataset=name, accelerator=self.accelerator,
+                model,
+                cfg=self.cfg,
+                dataset=name,
+                accelerator=self.accelerator,
                 image_size=ft.image_size or pretrain_image_size,
             )
             for name in ft.datasets

@@ -95,7 +95,10 @@ def run_cell(run_dir: str | Path) -> int:
     # Only rank 0 takes the lock: the other ranks of a multi-process cell follow it.
     with cell_lock(run_dir) if _rank() == 0 else contextlib.nullcontext(True) as acquired:
         if not _agree_with_rank0(acquired):
-            print(f"{run_dir.name}: another process is running this cell; leaving it alone", flush=True)
+            print(
+                f"{run_dir.name}: another process is running this cell; leaving it alone",
+                flush=True,
+            )
             return EXIT_BUSY
         try:
             result = train(resolve(config), run_dir)

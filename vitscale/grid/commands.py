@@ -73,17 +73,28 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
     if as_json:
         cells = [
             {
-                "id": c.cell.id, "block": c.cell.block, "model": c.cell.config.model.name,
-                "patch": _patch(c.cell.config.model.name), "subset": c.cell.config.data.subset,
-                "num_examples": c.num_examples, "steps": c.steps, "examples_seen": c.examples_seen,
-                "exaflops": c.exaflops, "gpu_hours": c.gpu_hours, "action": actions[c.cell.id],
+                "id": c.cell.id,
+                "block": c.cell.block,
+                "model": c.cell.config.model.name,
+                "patch": _patch(c.cell.config.model.name),
+                "subset": c.cell.config.data.subset,
+                "num_examples": c.num_examples,
+                "steps": c.steps,
+                "examples_seen": c.examples_seen,
+                "exaflops": c.exaflops,
+                "gpu_hours": c.gpu_hours,
+                "action": actions[c.cell.id],
                 "config": c.cell.config.to_dict(),
             }
             for c in costs
         ]
-        print(json.dumps({"grid": grid.name, "cells": cells, "total": total}, indent=2, default=str))
+        print(
+            json.dumps({"grid": grid.name, "cells": cells, "total": total}, indent=2, default=str)
+        )
         return 0
-    print(f"grid {grid.name!r} ({grid.path}): {len(costs)} cells -> {runs_root / grid.name}/<cell id>/")
+    print(
+        f"grid {grid.name!r} ({grid.path}): {len(costs)} cells -> {runs_root / grid.name}/<cell id>/"
+    )
     head = (
         f"{'id':<10} {'model':<17} {'patch':>5} {'data':<12} {'subset':>8} {'steps':>9} "
         f"{'examples':>10} {'exaFLOPs':>10} {'GPU-h':>9}  state"
@@ -95,8 +106,13 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
         return "?" if value is None else format(value, spec)
 
     for c in costs:
-        state = {"submit": "to run", "skip-done": "done (skipped)", "skip-running": "running",
-                 "skip-queued": "queued", "skip-failed": "failed (no retries left)"}[actions[c.cell.id]]
+        state = {
+            "submit": "to run",
+            "skip-done": "done (skipped)",
+            "skip-running": "running",
+            "skip-queued": "queued",
+            "skip-failed": "failed (no retries left)",
+        }[actions[c.cell.id]]
         examples = None if c.examples_seen is None else _short(c.examples_seen)
         d = c.cell.config.data
         print(
@@ -136,8 +152,17 @@ def _short(n: int) -> str:
 
 
 def grid(
-    path: Path, *, runs_root: Path, dry_run: bool, as_json: bool, executor: str, workers: int, processes: int,
-    profile_path: str | None, overrides: list[str] = (), wait: bool = False,
+    path: Path,
+    *,
+    runs_root: Path,
+    dry_run: bool,
+    as_json: bool,
+    executor: str,
+    workers: int,
+    processes: int,
+    profile_path: str | None,
+    overrides: list[str] = (),
+    wait: bool = False,
 ) -> int:
     g = load_grid(path, overrides=list(overrides))
     profile = load_profile(profile_path) if profile_path else None
@@ -153,7 +178,9 @@ def grid(
         _print_plan(planned)
         codes = run_local(planned, workers=workers, processes=processes)
         failed = [cid for cid, code in codes.items() if code not in (0, 75)]
-        print(f"{len(codes)} cells run, {len(failed)} failed; `vitscale status {runs_root / g.name}` for details")
+        print(
+            f"{len(codes)} cells run, {len(failed)} failed; `vitscale status {runs_root / g.name}` for details"
+        )
         return 1 if failed else 0
     from . import slurm
 
@@ -173,7 +200,11 @@ def status(paths: list[Path], *, shots: int, as_json: bool) -> int:
 
     rows, problems = collect(paths, shots=shots, job_state=job_state)
     if as_json:
-        print(json.dumps({"cells": [dataclasses.asdict(r) for r in rows], "problems": problems}, indent=2))
+        print(
+            json.dumps(
+                {"cells": [dataclasses.asdict(r) for r in rows], "problems": problems}, indent=2
+            )
+        )
         return 0
     print(format_table(rows, shots=shots))
     for p in problems:

@@ -40,7 +40,13 @@ def cell_cost(cell: Cell, profile: Profile | None, *, dataset_size: int | None) 
     n = subset_size(cfg, dataset_size)
     t = cfg.train
     try:
-        steps = to_steps(steps=t.steps, epochs=t.epochs, examples=t.examples, batch_size=t.batch_size, num_examples=n)
+        steps = to_steps(
+            steps=t.steps,
+            epochs=t.epochs,
+            examples=t.examples,
+            batch_size=t.batch_size,
+            num_examples=n,
+        )
     except ValueError:
         steps = None
     if steps is None:

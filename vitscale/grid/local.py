@@ -100,7 +100,9 @@ def run_local(planned: list[Planned], *, workers: int = 1, processes: int = 1) -
             code = worker.run(item.run_dir)
             codes[item.cell.id] = code
             if code not in (EXIT_OK, EXIT_PREEMPTED):
-                tqdm.write(f"{item.cell.id} ({item.cell.config.model.name}) failed: see {item.run_dir / LOG}")
+                tqdm.write(
+                    f"{item.cell.id} ({item.cell.config.model.name}) failed: see {item.run_dir / LOG}"
+                )
             bar.update()
 
     threads_ = [threading.Thread(target=work, args=(w,), daemon=True) for w in pool]

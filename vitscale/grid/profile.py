@@ -39,7 +39,7 @@ def parse_time(text: str | int) -> int:
     if len(parts) == 1:
         seconds = parts[0] * 60
     else:
-        h, m, s = ([0] * (3 - len(parts)) + parts)
+        h, m, s = [0] * (3 - len(parts)) + parts
         seconds = h * 3600 + m * 60 + s
     seconds += int(days or 0) * 86400
     return -(-seconds // 60)
@@ -72,7 +72,9 @@ class Profile:
         nodes = resources.get("nodes", 1)
         gpus = resources.get("gpus", self.gpus_per_node * nodes)
         if nodes > self.max_nodes:
-            problems.append(f"{where}: nodes={nodes} but profile {self.name!r} allows at most {self.max_nodes}")
+            problems.append(
+                f"{where}: nodes={nodes} but profile {self.name!r} allows at most {self.max_nodes}"
+            )
         if gpus > self.gpus_per_node * nodes:
             problems.append(
                 f"{where}: gpus={gpus} on {nodes} node(s) but profile {self.name!r} has "
@@ -93,14 +95,18 @@ class Profile:
             )
         cpus = resources.get("cpus_per_gpu", 0) * max(1, gpus // max(1, nodes))
         if cpus > self.cpus_per_node:
-            problems.append(f"{where}: {cpus} CPUs per node but profile {self.name!r} nodes have {self.cpus_per_node}")
+            problems.append(
+                f"{where}: {cpus} CPUs per node but profile {self.name!r} nodes have {self.cpus_per_node}"
+            )
         return problems
 
 
 def load_profile(path: str | Path) -> Profile:
     path = Path(path)
     if not path.is_file():
-        available = sorted(p.stem for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
+        available = (
+            sorted(p.stem for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
+        )
         hint = f"; profiles there: {', '.join(available)}" if available else ""
         raise ValueError(f"cluster profile not found: {path}{hint}")
     raw = yaml_load(path.read_text()) or {}

@@ -509,5 +509,7 @@ def wait(grid: Grid, *, runs_root: Path, poll_s: float = 5.0) -> int:
             time.sleep(poll_s)
     missing = [d.name for d in run_dirs if not is_done(d)]
     if missing:
-        print(f"{len(missing)} cell(s) not done: {', '.join(missing)}; see vitscale status {runs_root / grid.name}")
+        print(
+            f"{len(missing)} cell(s) not done: {', '.join(missing)}; see vitscale status {runs_root / grid.name}"
+        )
     return 1 if missing else 0

@@ -104,7 +104,9 @@ def _points(block: dict, where: str, problems: list[str]) -> list[dict[str, Any]
     zipped = block.get("zip") or {}
     for label, section in (("axes", axes), ("zip", zipped)):
         if not isinstance(section, dict):
-            problems.append(f"{where}.{label}: expected a mapping of key: [values], got {section!r}")
+            problems.append(
+                f"{where}.{label}: expected a mapping of key: [values], got {section!r}"
+            )
             return []
     product_axes = {k: _as_list(v, f"{where}.axes.{k}", problems) for k, v in axes.items()}
     zip_axes = {k: _as_list(v, f"{where}.zip.{k}", problems) for k, v in zipped.items()}
@@ -117,7 +119,9 @@ def _points(block: dict, where: str, problems: list[str]) -> list[dict[str, Any]
     if overlap:
         problems.append(f"{where}: {', '.join(sorted(overlap))} is both an axis and a zip axis")
         return []
-    zip_points = [dict(zip(zip_axes, values, strict=True)) for values in zip(*zip_axes.values(), strict=True)] or [{}]
+    zip_points = [
+        dict(zip(zip_axes, values, strict=True)) for values in zip(*zip_axes.values(), strict=True)
+    ] or [{}]
     points = []
     for values in itertools.product(*product_axes.values()):
         for z in zip_points:
@@ -141,7 +145,9 @@ def load_grid(
     except yaml.YAMLError as e:
         raise GridError([f"{path}: not valid YAML: {e}"]) from None
     if not isinstance(raw, dict):
-        raise GridError([f"{path}: the top level must be a mapping (name, base, axes, blocks, ...)"])
+        raise GridError(
+            [f"{path}: the top level must be a mapping (name, base, axes, blocks, ...)"]
+        )
     problems: list[str] = []
     _unknown(raw, TOP_KEYS, str(path), problems)
     name = raw.get("name") or path.stem
@@ -195,5 +201,11 @@ def load_grid(
         raise GridError(problems)
     if not cells:
         raise GridError([f"{path}: the grid expands to no cells"])
-    return Grid(name=name, path=path, cells=list(cells.values()), retries=retries, resources=resources,
-                description=raw.get("description", ""))
+    return Grid(
+        name=name,
+        path=path,
+        cells=list(cells.values()),
+        retries=retries,
+        resources=resources,
+        description=raw.get("description", ""),
+    )

@@ -33,7 +33,9 @@ class CellRow:
 
 
 def _mean_best(best: dict[str, float], shots: int) -> float | None:
-    values = [v for k, v in best.items() if (parsed := rf.parse_fewshot_key(k)) and parsed[1] == shots]
+    values = [
+        v for k, v in best.items() if (parsed := rf.parse_fewshot_key(k)) and parsed[1] == shots
+    ]
     return statistics.fmean(values) if values else None
 
 
@@ -49,12 +51,20 @@ def cell_row(run_dir: Path, *, shots: int = 5, job_state=None) -> CellRow:
             status = STATUS_RUNNING if scheduler in ("RUNNING", "COMPLETING") else STATUS_PENDING
             note = f"SLURM {scheduler}"
         elif state.last_step:
-            status, note = STATUS_PENDING, f"interrupted; resumes from its checkpoint (step {state.last_step})"
+            status, note = (
+                STATUS_PENDING,
+                f"interrupted; resumes from its checkpoint (step {state.last_step})",
+            )
         else:
             status = STATUS_PENDING
-    if status == rf.STATUS_FAILED and (run_dir / JOB_FILE).is_file() and job_state:
-        if (scheduler := job_state(run_dir)) in ("PENDING", "RUNNING", "REQUEUED"):
-            status, note = STATUS_PENDING, f"retry queued (SLURM {scheduler}); last error: {note}"
+    queued = ("PENDING", "RUNNING", "REQUEUED")
+    if (
+        status == rf.STATUS_FAILED
+        and (run_dir / JOB_FILE).is_file()
+        and job_state
+        and ((scheduler := job_state(run_dir)) in queued)
+    ):
+        status, note = STATUS_PENDING, f"retry queued (SLURM {scheduler}); last error: {note}"
     return CellRow(
         grid=config.get("grid") or run_dir.parent.name,
         cell_id=run_dir.name,
@@ -68,7 +78,9 @@ def cell_row(run_dir: Path, *, shots: int = 5, job_state=None) -> CellRow:
     )
 
 
-def collect(paths: list[Path], *, shots: int = 5, job_state=None) -> tuple[list[CellRow], list[str]]:
+def collect(
+    paths: list[Path], *, shots: int = 5, job_state=None
+) -> tuple[list[CellRow], list[str]]:
     folders, problems = find_run_folders(paths)
     rows = []
     for folder in folders:
@@ -83,7 +95,11 @@ def format_table(rows: list[CellRow], *, shots: int = 5) -> str:
     head = f"{'grid':<16} {'cell':<10} {'model':<16} {'subset':>8} {'status':<8} {'step':>13} {f'{shots}-shot':>7}  note"
     lines = [head, "-" * len(head)]
     for r in sorted(rows, key=lambda r: (r.grid, STATUS_ORDER.index(r.status), r.model, r.subset)):
-        step = "" if r.last_step is None else f"{r.last_step}" + (f"/{r.total_steps}" if r.total_steps else "")
+        step = (
+            ""
+            if r.last_step is None
+            else f"{r.last_step}" + (f"/{r.total_steps}" if r.total_steps else "")
+        )
         acc = "" if r.best_fewshot is None else f"{100 * r.best_fewshot:.1f}%"
         lines.append(
             f"{r.grid:<16} {r.cell_id:<10} {r.model:<16} {r.subset:>8} {r.status:<8} {step:>13} {acc:>7}  {r.note}"

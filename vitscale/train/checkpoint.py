@@ -37,8 +37,12 @@ def latest(directory: Path) -> Path | None:
     """The complete checkpoint with the highest step, or None."""
     if not directory.is_dir():
         return None
-    complete = [p for p in directory.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and (p / STATE).is_file()]
-    return max(complete, key=lambda p: int(p.name[len(PREFIX):]), default=None)
+    complete = [
+        p
+        for p in directory.iterdir()
+        if p.is_dir() and p.name.startswith(PREFIX) and (p / STATE).is_file()
+    ]
+    return max(complete, key=lambda p: int(p.name[len(PREFIX) :]), default=None)
 
 
 def rng_state() -> dict[str, Any]:
@@ -46,8 +50,13 @@ def rng_state() -> dict[str, Any]:
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     state = {
         "torch": torch.get_rng_state(),
-        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos,
-                  "has_gauss": has_gauss, "cached_gaussian": cached},
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": pos,
+            "has_gauss": has_gauss,
+            "cached_gaussian": cached,
+        },
         "python": _python_state_to_tensor(random.getstate()),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -58,7 +67,15 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     n = state["numpy"]
-    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
+    np.random.set_state(
+        (
+            n["kind"],
+            n["keys"].numpy().astype(np.uint32),
+            n["pos"],
+            n["has_gauss"],
+            n["cached_gaussian"],
+        )
+    )
     random.setstate(_python_state_from_tensor(state["python"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -66,7 +83,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def _python_state_to_tensor(state: tuple) -> dict[str, Any]:
     version, internal, gauss = state
-    return {"version": version, "internal": torch.tensor(internal, dtype=torch.int64), "gauss": gauss}
+    return {
+        "version": version,
+        "internal": torch.tensor(internal, dtype=torch.int64),
+        "gauss": gauss,
+    }
 
 
 def _python_state_from_tensor(state: dict[str, Any]) -> tuple:
@@ -88,7 +109,9 @@ def _save(obj: Any, path: Path) -> None:
         os.fsync(fh.fileno())
 
 
-def save(directory: Path, *, step: int, state: dict[str, Any], rank: int, num_processes: int, barrier) -> Path:
+def save(
+    directory: Path, *, step: int, state: dict[str, Any], rank: int, num_processes: int, barrier
+) -> Path:
     """Write a checkpoint for ``step`` from every process; rank 0 publishes it.
 
     ``state`` (model, optimiser, ...) is written by rank 0 only (it is replicated);
@@ -123,5 +146,7 @@ def load(path: Path, *, rank: int) -> tuple[dict[str, Any], dict[str, Any] | Non
     """``(state, this rank's RNG state or None if it was saved with fewer processes)``."""
     state = torch.load(path / STATE, map_location="cpu", weights_only=True)
     rng_file = path / f"rng_rank{rank}.pt"
-    rng = torch.load(rng_file, map_location="cpu", weights_only=True) if rng_file.is_file() else None
+    rng = (
+        torch.load(rng_file, map_location="cpu", weights_only=True) if rng_file.is_file() else None
+    )
     return state, rng

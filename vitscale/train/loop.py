@@ -46,7 +46,9 @@ class TrainingFailed(RuntimeError):
         self.step = step
 
 
-def loss_fn(logits: torch.Tensor, targets: torch.Tensor, *, kind: str, label_smoothing: float) -> torch.Tensor:
+def loss_fn(
+    logits: torch.Tensor, targets: torch.Tensor, *, kind: str, label_smoothing: float
+) -> torch.Tensor:
     """Softmax cross-entropy, or sigmoid cross-entropy summed over classes (multi-label)."""
     logits = logits.float()
     if kind == "softmax":
@@ -71,9 +73,15 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
 
     # 1. Config and launch ------------------------------------------------------------
     cfg = config if isinstance(config, Config) else resolve(config)
-    accelerator, precision = make_accelerator(precision=cfg.train.precision, seed_everything=cfg.seed)
+    accelerator, precision = make_accelerator(
+        precision=cfg.train.precision, seed_everything=cfg.seed
+    )
     cfg = resolve(cfg, num_processes=accelerator.num_processes)
-    world, rank, is_main = accelerator.num_processes, accelerator.process_index, accelerator.is_main_process
+    world, rank, is_main = (
+        accelerator.num_processes,
+        accelerator.process_index,
+        accelerator.is_main_process,
+    )
     per_process = cfg.train.batch_size // world
     micro = cfg.train.micro_batch_size or per_process
     accumulation = per_process // micro
@@ -81,13 +89,22 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
     # 2. Data -------------------------------------------------------------------------
     d = cfg.data
     train_set = build_dataset(
-        d.dataset, "train", root=d.root, image_size=d.image_size, subset=d.subset, seed=cfg.seed,
-        download=d.download, class_balanced=d.class_balanced,
+        d.dataset,
+        "train",
+        root=d.root,
+        image_size=d.image_size,
+        subset=d.subset,
+        seed=cfg.seed,
+        download=d.download,
+        class_balanced=d.class_balanced,
     )
     num_examples = len(train_set)
     total_steps = to_steps(
-        steps=cfg.train.steps, epochs=cfg.train.epochs, examples=cfg.train.examples,
-        batch_size=cfg.train.batch_size, num_examples=num_examples,
+        steps=cfg.train.steps,
+        epochs=cfg.train.epochs,
+        examples=cfg.train.examples,
+        batch_size=cfg.train.batch_size,
+        num_examples=num_examples,
     )
     loss_kind = cfg.train.loss
     if train_set.multilabel and loss_kind == "softmax":
@@ -107,14 +124,24 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
     # 3. Model and optimiser ----------------------------------------------------------
     name = cfg.model.name
     model = create_model(
-        name, num_classes=train_set.num_classes, image_size=d.image_size, head="pretrain",
-        pool=cfg.model.pool, dropout=cfg.model.dropout,
+        name,
+        num_classes=train_set.num_classes,
+        image_size=d.image_size,
+        head="pretrain",
+        pool=cfg.model.pool,
+        dropout=cfg.model.dropout,
     )
-    cost = flops.count(name, d.image_size, num_classes=train_set.num_classes, head="pretrain", pool=cfg.model.pool)
+    cost = flops.count(
+        name, d.image_size, num_classes=train_set.num_classes, head="pretrain", pool=cfg.model.pool
+    )
     o = cfg.optim
     optimizer = build_adamw(model, lr=o.lr, weight_decay=o.weight_decay, betas=o.betas)
     schedule = build_schedule(
-        optimizer, total_steps=total_steps, warmup_steps=o.warmup_steps, schedule=o.schedule, end_lr=o.end_lr
+        optimizer,
+        total_steps=total_steps,
+        warmup_steps=o.warmup_steps,
+        schedule=o.schedule,
+        end_lr=o.end_lr,
     )
     model, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(model)
@@ -130,15 +157,26 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
         progress = state["progress"] | {"restarts": state["progress"]["restarts"] + 1}
         if rng is not None:
             checkpoint.set_rng_state(rng)
-        accelerator.print(f"resumed from {latest} (step {progress['step']}, restart {progress['restarts']})")
+        accelerator.print(
+            f"resumed from {latest} (step {progress['step']}, restart {progress['restarts']})"
+        )
     step = progress["step"]
     watch = Stopwatch(progress.get("time_s"))
 
-    tracker = Tracker(run_dir=run_dir, config=resolved, cell_id=cid, enabled=is_main, resume_step=step)
-    evaluator = TransferEvaluator(cfg, accelerator=accelerator, upstream_num_classes=train_set.num_classes)
+    tracker = Tracker(
+        run_dir=run_dir, config=resolved, cell_id=cid, enabled=is_main, resume_step=step
+    )
+    evaluator = TransferEvaluator(
+        cfg, accelerator=accelerator, upstream_num_classes=train_set.num_classes
+    )
     batches = iter(
         build_loader(
-            train_set, batch_size=per_process, seed=cfg.seed, num_replicas=world, rank=rank, start_step=step,
+            train_set,
+            batch_size=per_process,
+            seed=cfg.seed,
+            num_replicas=world,
+            rank=rank,
+            start_step=step,
             num_workers=d.num_workers,
         )
     )
@@ -157,10 +195,19 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
             "optimizer": optimizer.state_dict(),
             "schedule": schedule.state_dict(),
             "progress": progress
-            | {"step": step, "elapsed_s": progress["elapsed_s"] + time.time() - started, "time_s": watch.totals},
+            | {
+                "step": step,
+                "elapsed_s": progress["elapsed_s"] + time.time() - started,
+                "time_s": watch.totals,
+            },
         }
         checkpoint.save(
-            ckpt_dir, step=step, state=state, rank=rank, num_processes=world, barrier=accelerator.wait_for_everyone
+            ckpt_dir,
+            step=step,
+            state=state,
+            rank=rank,
+            num_processes=world,
+            barrier=accelerator.wait_for_everyone,
         )
 
     def evaluate() -> dict[str, float]:
@@ -170,14 +217,33 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
                 progress["best"][key] = value  # best so far: Fig. 4's early stopping
         return metrics
 
-    def finish(status: str, *, error: str | None = None, failed_step: int | None = None, final=None, tuned=None):
+    def finish(
+        status: str,
+        *,
+        error: str | None = None,
+        failed_step: int | None = None,
+        final=None,
+        tuned=None,
+    ):
         wall = progress["elapsed_s"] + time.time() - started
         result = {
-            "status": status, "error": error, "failed_step": failed_step, "cell_id": cid, "model": name,
-            "steps": step, "examples_seen": examples_seen(step), "pretrain_exaflops": exaflops(step),
-            "params": cost.params, "wall_clock_s": wall, "device_hours": wall * world / 3600,
-            "final": final or {}, "best": dict(progress["best"]), "finetune": tuned or {},
-            "precision": precision, "num_processes": world, "restarts": progress["restarts"],
+            "status": status,
+            "error": error,
+            "failed_step": failed_step,
+            "cell_id": cid,
+            "model": name,
+            "steps": step,
+            "examples_seen": examples_seen(step),
+            "pretrain_exaflops": exaflops(step),
+            "params": cost.params,
+            "wall_clock_s": wall,
+            "device_hours": wall * world / 3600,
+            "final": final or {},
+            "best": dict(progress["best"]),
+            "finetune": tuned or {},
+            "precision": precision,
+            "num_processes": world,
+            "restarts": progress["restarts"],
             "time_s": dict(watch.totals),
         }
         if is_main:
@@ -196,20 +262,35 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
             while step < total_steps:
                 with watch("data"):
                     images, targets = next(batches)
-                    images, targets = images.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+                    images, targets = (
+                        images.to(device, non_blocking=True),
+                        targets.to(device, non_blocking=True),
+                    )
                 with watch("step"):
                     loss_sum = torch.zeros((), device=device)
                     for i, (x, y) in enumerate(_micro_batches(images, targets, micro)):
                         sync = i == accumulation - 1
-                        with accelerator.no_sync(model) if not sync else contextlib.nullcontext(), accelerator.autocast():
-                            loss = loss_fn(model(x), y, kind=loss_kind, label_smoothing=cfg.train.label_smoothing)
+                        with (
+                            accelerator.no_sync(model) if not sync else contextlib.nullcontext(),
+                            accelerator.autocast(),
+                        ):
+                            loss = loss_fn(
+                                model(x),
+                                y,
+                                kind=loss_kind,
+                                label_smoothing=cfg.train.label_smoothing,
+                            )
                         accelerator.backward(loss / accumulation)
                         loss_sum += loss.detach()
-                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.train.grad_clip or float("inf"))
+                    grad_norm = accelerator.clip_grad_norm_(
+                        model.parameters(), cfg.train.grad_clip or float("inf")
+                    )
                     local_loss = loss_sum / accumulation
                     flags = torch.tensor(
-                        [float(not torch.isfinite(local_loss) or not torch.isfinite(grad_norm)),
-                         float(preemption.requested)],
+                        [
+                            float(not torch.isfinite(local_loss) or not torch.isfinite(grad_norm)),
+                            float(preemption.requested),
+                        ],
                         device=device,
                     )
                     flags = accelerator.reduce(flags, reduction="sum") if world > 1 else flags
@@ -225,23 +306,42 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
                 row: dict[str, Any] = {}
                 log_started = time.perf_counter()
                 if step % cfg.train.log_every == 0 or step == total_steps:
-                    mean_loss = accelerator.reduce(local_loss, reduction="mean") if world > 1 else local_loss
+                    mean_loss = (
+                        accelerator.reduce(local_loss, reduction="mean")
+                        if world > 1
+                        else local_loss
+                    )
                     now = time.time()
-                    rate = (step - last_log[1]) * cfg.train.batch_size / max(now - last_log[0], 1e-9)
+                    rate = (
+                        (step - last_log[1]) * cfg.train.batch_size / max(now - last_log[0], 1e-9)
+                    )
                     last_log = (now, step)
-                    row |= {rf.TRAIN_LOSS: float(mean_loss), rf.LR: schedule.get_last_lr()[0],
-                            "train/grad_norm": float(grad_norm), rf.THROUGHPUT: rate}
+                    row |= {
+                        rf.TRAIN_LOSS: float(mean_loss),
+                        rf.LR: schedule.get_last_lr()[0],
+                        "train/grad_norm": float(grad_norm),
+                        rf.THROUGHPUT: rate,
+                    }
                     if peak:
                         row[rf.MFU] = rate * 3 * cost.flops / peak
                 watch.totals["log"] += time.perf_counter() - log_started
-                if step == total_steps or (cfg.train.eval_every and step % cfg.train.eval_every == 0):
+                if step == total_steps or (
+                    cfg.train.eval_every and step % cfg.train.eval_every == 0
+                ):
                     model.eval()
                     with watch("eval"):
                         row |= evaluate()
                     model.train()
                 if row:
                     with watch("log"):
-                        tracker.log({rf.STEP: step, rf.EXAMPLES_SEEN: examples_seen(step), rf.EXAFLOPS: exaflops(step)} | row)
+                        tracker.log(
+                            {
+                                rf.STEP: step,
+                                rf.EXAMPLES_SEEN: examples_seen(step),
+                                rf.EXAFLOPS: exaflops(step),
+                            }
+                            | row
+                        )
                     final_metrics |= row
                 periodic = cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0
                 if periodic or step == total_steps or flags[1] > 0:
@@ -255,7 +355,12 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
     except TrainingFailed as e:
         return finish(rf.STATUS_FAILED, error=str(e), failed_step=e.step, final=final_metrics)
     except BaseException as e:
-        finish(rf.STATUS_FAILED, error=f"{type(e).__name__}: {e}", failed_step=step + 1, final=final_metrics)
+        finish(
+            rf.STATUS_FAILED,
+            error=f"{type(e).__name__}: {e}",
+            failed_step=step + 1,
+            final=final_metrics,
+        )
         raise
 
     # 6. Fine-tuning and result -------------------------------------------------------
@@ -278,5 +383,7 @@ def _check_same_run(run_dir: Path, cid: str) -> None:
         old = rf.read_json(existing).get("cell_id")
         if old and old != cid:
             raise ConfigError(
-                [f"{run_dir} holds run {old}, but this config is run {cid}; use another --workdir or delete it"]
+                [
+                    f"{run_dir} holds run {old}, but this config is run {cid}; use another --workdir or delete it"
+                ]
             )

@@ -21,7 +21,9 @@ SCHEDULES = ("linear", "cosine")
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     kernels = {
-        id(m.weight) for m in model.modules() if isinstance(m, nn.Linear | nn.Conv2d) and m.weight is not None
+        id(m.weight)
+        for m in model.modules()
+        if isinstance(m, nn.Linear | nn.Conv2d) and m.weight is not None
     }
     decay = [p for p in model.parameters() if p.requires_grad and id(p) in kernels]
     other = [p for p in model.parameters() if p.requires_grad and id(p) not in kernels]
@@ -31,11 +33,15 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
-def build_adamw(model: nn.Module, *, lr: float, weight_decay: float, betas: tuple[float, float]) -> torch.optim.AdamW:
+def build_adamw(
+    model: nn.Module, *, lr: float, weight_decay: float, betas: tuple[float, float]
+) -> torch.optim.AdamW:
     return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=tuple(betas))
 
 
-def lr_factor(step: int, *, total_steps: int, warmup_steps: int, schedule: str, base_lr: float, end_lr: float) -> float:
+def lr_factor(
+    step: int, *, total_steps: int, warmup_steps: int, schedule: str, base_lr: float, end_lr: float
+) -> float:
     """Multiplier of ``base_lr`` at ``step`` (0-based, before the update of that step)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; valid: {', '.join(map(repr, SCHEDULES))}")
@@ -51,12 +57,22 @@ def lr_factor(step: int, *, total_steps: int, warmup_steps: int, schedule: str, 
 
 
 def build_schedule(
-    optimizer: torch.optim.Optimizer, *, total_steps: int, warmup_steps: int, schedule: str, end_lr: float
+    optimizer: torch.optim.Optimizer,
+    *,
+    total_steps: int,
+    warmup_steps: int,
+    schedule: str,
+    end_lr: float,
 ) -> torch.optim.lr_scheduler.LambdaLR:
     base_lr = optimizer.param_groups[0]["lr"]
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer,
         lambda step: lr_factor(
-            step, total_steps=total_steps, warmup_steps=warmup_steps, schedule=schedule, base_lr=base_lr, end_lr=end_lr
+            step,
+            total_steps=total_steps,
+            warmup_steps=warmup_steps,
+            schedule=schedule,
+            base_lr=base_lr,
+            end_lr=end_lr,
         ),
     )
