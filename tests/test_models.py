@@ -195,3 +195,19 @@ def test_vit_b_halved_is_b_with_half_dimensions():
     assert (half.width, half.mlp_dim) == (full.width // 2, full.mlp_dim // 2)
     assert half.depth == full.depth and half.heads == full.heads
     assert isinstance(parse("ViT-b/32"), ViTSpec)
+
+
+def test_weight_standardisation_is_per_output_channel():
+    """BiT's StdConv2d: the kernel is standardised to zero mean and unit variance per output
+    channel before the convolution (Qiao et al. 2019), whatever its raw scale."""
+    from vitscale.models.resnet import StdConv2d
+
+    conv = StdConv2d(8, 16, 3, padding=1)
+    with torch.no_grad():
+        conv.weight.mul_(7.0).add_(3.0)
+    w = conv.weight.detach()
+    mean = w.mean(dim=(1, 2, 3), keepdim=True)
+    std = w.var(dim=(1, 2, 3), keepdim=True, correction=0).add(conv.eps).sqrt()
+    x = torch.randn(2, 8, 9, 9)
+    expected = torch.nn.functional.conv2d(x, (w - mean) / std, padding=1)
+    torch.testing.assert_close(conv(x), expected, rtol=1e-4, atol=1e-4)
