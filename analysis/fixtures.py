@@ -29,8 +29,8 @@ MODELS = (
     "ViT-Pico/8",
     "ViT-Pico/4",
     "ViT-Nano/4",
-    "BiT-R14x0.5",
-    "BiT-R26x0.5",
+    "BiT-R11x0.5",
+    "BiT-R20x0.5",
     "R50x1+ViT-Pico/16",
 )
 SUBSETS = (1_000, 3_000, 10_000, 30_000, 100_000)

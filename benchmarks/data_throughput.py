@@ -8,7 +8,7 @@ Measured on this machine, same threads for both:
   indices of the upstream train split (batched torch rendering), and the same through
   ``build_loader`` (``num_workers=0``: rendering in the training process, the demo default);
 - consumption, images/s: one training step (forward, cross-entropy, backward, AdamW) of
-  ``ViT-Pico/4``, ``ViT-Nano/4`` and ``BiT-R26x0.5`` at 32 px, batch 128, on the CPU.
+  ``ViT-Femto/16``, ``ViT-Pico/8`` and ``BiT-R20x0.5`` (demo models) at 32 px, batch 128, on the CPU.
 
 Measurements are interleaved round by round (generation, models, generation, ...) so a
 change in machine load hits all of them alike; each entry is the median over rounds.
@@ -41,7 +41,7 @@ from vitscale.data.vocabulary import TASKS, UPSTREAM  # noqa: E402
 from vitscale.models import create_model  # noqa: E402
 
 REQUIRED_RATIO = 10.0
-MODELS = ("ViT-Pico/4", "ViT-Nano/4", "BiT-R26x0.5")
+MODELS = ("ViT-Femto/16", "ViT-Pico/16", "ViT-Pico/8", "BiT-R11x0.5", "BiT-R20x0.5")
 
 
 def timed(fn, *, images_per_call: int, min_seconds: float) -> float:

@@ -30,7 +30,7 @@ def _run(which: str, argv: list[str]) -> int:
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     fixtures.write_runs(
-        root, cells=36, models=("ViT-Pico/4", "BiT-R14x0.5"), subsets=(100, 300, 1000, 10_000)
+        root, cells=36, models=("ViT-Pico/4", "BiT-R11x0.5"), subsets=(100, 300, 1000, 10_000)
     )
     bad = root / "fixture" / "broken"
     bad.mkdir()

@@ -15,7 +15,7 @@ from vitscale.results import load_history, load_runs
 
 IMAGENET = rf.finetune_key("imagenet")
 SHAPES5 = rf.fewshot_key("synthetic-shapes", 5)
-MODELS = ("ViT-Pico/8", "ViT-Pico/4", "BiT-R14x0.5", "R50x1+ViT-Pico/16")
+MODELS = ("ViT-Pico/8", "ViT-Pico/4", "BiT-R11x0.5", "R50x1+ViT-Pico/16")
 SUBSETS = (1000, 10_000, 100_000)
 
 
@@ -115,10 +115,10 @@ def test_fig4_lines_per_model(cells):
             values = done.loc[(done["model"] == model) & (done["num_examples"] == x), SHAPES5]
             assert len(values) == 4 and y == pytest.approx(sum(values) / 4)
     styles = {m: ln.get_linestyle() for m, ln in lines.items()}
-    assert styles["ViT-Pico/4"] == "-" and styles["BiT-R14x0.5"] == "--"
+    assert styles["ViT-Pico/4"] == "-" and styles["BiT-R11x0.5"] == "--"
     assert styles["R50x1+ViT-Pico/16"] == "-."
     markers = {m: ln.get_marker() for m, ln in lines.items()}
-    assert markers["ViT-Pico/4"] == markers["ViT-Pico/8"] != markers["BiT-R14x0.5"]
+    assert markers["ViT-Pico/4"] == markers["ViT-Pico/8"] != markers["BiT-R11x0.5"]
     assert ax.get_xscale() == "log"
     assert ax.get_xlabel() == "Pre-training dataset size (images)"
 
@@ -185,7 +185,7 @@ def test_fig5_from_runs_with_overlay_and_fit(cells):
     fig = fig5.figure(panels, fit=True, bootstrap=20)
     ax = fig.axes[0]
     pts = _points(ax, "points")
-    assert len(pts) == done.groupby(["family", "size"]).ngroups == 3  # Pico ViT, R14, Pico hybrid
+    assert len(pts) == done.groupby(["family", "size"]).ngroups == 3  # Pico ViT, R11, Pico hybrid
     assert sum(len(c.get_offsets()) for c in pts) == len(done)  # the failed cell is skipped
     assert len(_lines(ax, "frontier")) == 3
     assert _lines(ax, "fit")  # families whose frontier has >= 4 points get a law

@@ -9,7 +9,7 @@ from analysis.summary import summarise
 from vitscale.runfolder import fewshot_key
 
 A, B = fewshot_key("synthetic-glyphs", 5), fewshot_key("synthetic-textures", 5)
-MODELS = {"ViT-Pico/4": ("ViT", 2.0), "ViT-Pico/8": ("ViT", 1.0), "BiT-R14x0.5": ("ResNet", 1.5)}
+MODELS = {"ViT-Pico/4": ("ViT", 2.0), "ViT-Pico/8": ("ViT", 1.0), "BiT-R11x0.5": ("ResNet", 1.5)}
 
 
 def _frame(values: dict[tuple[str, int], float]) -> pd.DataFrame:
@@ -55,10 +55,10 @@ def test_gap_verdict(large_vit, verdict):
             {
                 ("ViT-Pico/4", 100): 20.0,
                 ("ViT-Pico/8", 100): 10.0,
-                ("BiT-R14x0.5", 100): 40.0,
+                ("BiT-R11x0.5", 100): 40.0,
                 ("ViT-Pico/4", 10_000): large_vit,
                 ("ViT-Pico/8", 10_000): 25.0,
-                ("BiT-R14x0.5", 10_000): 60.0,
+                ("BiT-R11x0.5", 10_000): 60.0,
             }
         )
     )
@@ -80,10 +80,10 @@ def test_no_resnet_lead_and_compute_trend():
             {
                 ("ViT-Pico/4", 100): 50.0,
                 ("ViT-Pico/8", 100): 10.0,
-                ("BiT-R14x0.5", 100): 40.0,
+                ("BiT-R11x0.5", 100): 40.0,
                 ("ViT-Pico/4", 1000): 60.0,
                 ("ViT-Pico/8", 1000): 20.0,
-                ("BiT-R14x0.5", 1000): 45.0,
+                ("BiT-R11x0.5", 1000): 45.0,
             }
         ),
         metric=A,

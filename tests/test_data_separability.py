@@ -117,6 +117,9 @@ def test_pixels_are_far_below_a_small_convnet(one_thread):
         f"(best of 4 regularisers on test), small convnet {conv:.1%} "
         f"({EPOCHS} epochs); {time.perf_counter() - started:.0f} s"
     )
-    assert linear < 3 * chance  # barely above chance: position, scale, colour are nuisances
-    assert conv > 0.6  # but the classes are learnable with the right prior
-    assert conv - linear > 0.45
+    # Far below the convnet: position, scale, aspect, colour, polarity and clutter are
+    # nuisances a linear map of pixels cannot undo (measured: 30% against 99.7%; with the
+    # glyphs at 0.38-0.62 of the side, before WORLD_SEED 20_261_123, it was 9% against 95%).
+    assert linear < 8 * chance
+    assert conv > 0.9  # but the classes are learnable with the right prior
+    assert conv - linear > 0.5

@@ -167,10 +167,10 @@ def test_build_dataset_synthetic_subsets_and_splits():
 # *is*: bump WORLD_SEED in vocabulary.py on purpose and update these, never silently. A
 # failure on another machine alone would mean rendering is not bit-exact across platforms.
 WORLD_PIXELS = {
-    "synthetic": "f99ac868bc0a47e383f4c426",
-    "synthetic-glyphs": "62d0ad0af69a88841022eb82",
-    "synthetic-pairs": "c513dfc3cac355d7f6ade804",
-    "synthetic-textures": "86adba6ec18c8e6665eb7a03",
+    "synthetic": "73d69912622334aa871382e5",
+    "synthetic-glyphs": "334c6c87108e0072475d4ef8",
+    "synthetic-pairs": "2d096c51ff952ae51e5023fc",
+    "synthetic-textures": "bf65e324a0663f31a98a4f9f",
 }
 
 

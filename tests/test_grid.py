@@ -53,7 +53,7 @@ def test_union_of_products_with_zip_and_collapsing_duplicates(tmp_path):
             {"name": "vit", "axes": {"model.name": ["ViT-Pico/4", "ViT-Pico/8"], "seed": [0, 1]}},
             {
                 "name": "bit",
-                "zip": {"model.name": ["BiT-R14x0.5", "BiT-R26x0.5"], "optim.lr": [1e-3, 3e-4]},
+                "zip": {"model.name": ["BiT-R11x0.5", "BiT-R20x0.5"], "optim.lr": [1e-3, 3e-4]},
             },
             {
                 "name": "again",
@@ -66,7 +66,7 @@ def test_union_of_products_with_zip_and_collapsing_duplicates(tmp_path):
     assert len(g.cells) == 2 * (2 * 2 + 2)  # the "again" block collapses into "vit"
     assert len({c.id for c in g.cells}) == len(g.cells)
     bit = {(c.config.model.name, c.config.optim.lr) for c in g.cells if c.block == "bit"}
-    assert bit == {("BiT-R14x0.5", 1e-3), ("BiT-R26x0.5", 3e-4)}
+    assert bit == {("BiT-R11x0.5", 1e-3), ("BiT-R20x0.5", 3e-4)}
     assert {c.config.grid for c in g.cells} == {"mixed"}
 
 

@@ -83,7 +83,7 @@ def test_reference_attention_matches_sdpa_directly():
     )
 
 
-@pytest.mark.parametrize("name", ["ViT-Pico/4", "BiT-R14x0.5", "R50x1+ViT-S/32"])
+@pytest.mark.parametrize("name", ["ViT-Pico/4", "BiT-R11x0.5", "R50x1+ViT-S/32"])
 def test_paper_heads_and_init(name):
     res = small_resolution(name)
     pre = create_model(name, num_classes=11, image_size=res, head="pretrain")
@@ -153,9 +153,9 @@ def test_load_state_dict_across_resolutions(name):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(name="ViT-Q/16"), "valid sizes: Pico, Nano, Ti, S, b, B, L, H"),
+        (dict(name="ViT-Q/16"), "valid sizes: Femto, Pico, Nano, Ti, S, b, B, L, H"),
         (dict(name="ViT-B/15"), "patch sizes that do: 1, 2, 4, 7, 8, 14, 16"),
-        (dict(name="BiT-R34x1"), "valid depths: 14, 26, 50, 101, 152, 200"),
+        (dict(name="BiT-R34x1"), "valid depths: 11, 20, 50, 101, 152, 200"),
         (dict(name="BiT-R50x5"), "valid widths: x0.5, x1, x2, x3, x4"),
         (dict(name="R50x1+ViT-B/8"), "valid: 16, 32"),
         (dict(name="EfficientNet-B0"), "valid forms"),
@@ -184,7 +184,7 @@ def test_names_roundtrip(name):
 
 @pytest.mark.parametrize(
     "alias, canonical",
-    [("ResNet50x1", "BiT-R50x1"), ("ResNet152x2", "BiT-R152x2"), ("BiT-R14x0.50", "BiT-R14x0.5")],
+    [("ResNet50x1", "BiT-R50x1"), ("ResNet152x2", "BiT-R152x2"), ("BiT-R11x0.50", "BiT-R11x0.5")],
 )
 def test_paper_spelling_alias(alias, canonical):
     assert parse(alias) == parse(canonical)

@@ -31,7 +31,7 @@ def runs(tmp_path):
     _write(
         root, grid, "done1", model="ViT-Pico/4", subset=1000, steps=40, finetune={"imagenet": 0.5}
     )
-    _write(root, grid, "done2", model="BiT-R14x0.5", subset=3000, steps=80, seed=1)
+    _write(root, grid, "done2", model="BiT-R11x0.5", subset=3000, steps=80, seed=1)
     config, rows, result = fixtures.cell(model="ViT-Pico/8", subset=1000, steps=40, grid=grid)
     failed = result | {"status": rf.STATUS_FAILED, "error": "NaN loss", "failed_step": 20}
     fixtures.write_cell(root / grid / "failed", config=config, metrics=rows[:2], result=failed)
@@ -104,12 +104,12 @@ def test_columns_units_and_names(runs):
 
 
 def test_resnet_and_hybrid_decoding(tmp_path):
-    _write(tmp_path, "g", "r", model="BiT-R26x0.5", subset=100, steps=8)
+    _write(tmp_path, "g", "r", model="BiT-R20x0.5", subset=100, steps=8)
     _write(tmp_path, "g", "h", model="R50x1+ViT-Pico/16", subset=100, steps=8)
     cells, problems = results.load_runs(tmp_path / "g")
     assert not problems
     got = {r.model: (r.family, r.size, r.patch) for r in cells.itertuples()}
-    assert got["BiT-R26x0.5"][:2] == ("ResNet", "R26x0.5") and pd.isna(got["BiT-R26x0.5"][2])
+    assert got["BiT-R20x0.5"][:2] == ("ResNet", "R20x0.5") and pd.isna(got["BiT-R20x0.5"][2])
     assert got["R50x1+ViT-Pico/16"] == ("Hybrid", "Pico", 16)
 
 

@@ -51,9 +51,10 @@ class _Size:
 
 # Paper Table 1 gives B, L and H. Ti and S are not in the paper: DeiT and the official
 # google-research/vision_transformer configs. "b" is B with every hidden dimension halved
-# (paper Fig. 4: same 12 heads, head dimension 32). Pico and Nano are ours: CPU-sized
-# models for the demo and tests at 32-64 px.
+# (paper Fig. 4: same 12 heads, head dimension 32). Femto, Pico and Nano are ours:
+# CPU-sized models for the demo and tests at 32-64 px.
 VIT_SIZES: dict[str, _Size] = {
+    "Femto": _Size(depth=3, width=48, mlp_dim=192, heads=2, note="vitscale demo size"),
     "Pico": _Size(depth=4, width=64, mlp_dim=256, heads=2, note="vitscale demo size"),
     "Nano": _Size(depth=6, width=128, mlp_dim=512, heads=4, note="vitscale demo size"),
     "Ti": _Size(depth=12, width=192, mlp_dim=768, heads=3, note="DeiT / official configs"),
@@ -64,10 +65,12 @@ VIT_SIZES: dict[str, _Size] = {
     "H": _Size(depth=32, width=1280, mlp_dim=5120, heads=16, note="paper Table 1"),
 }
 
-# Bottleneck units per stage (He et al. 2016; BiT). 14 and 26 are ours: demo depths.
+# Bottleneck units per stage (He et al. 2016; BiT). 11 and 20 are ours, demo trunks of
+# three stages (depth = 3 convs per unit + stem + head, as 50 = 3 x 16 + 2): downsampling
+# 16, so at the demo's 32 px the last stage still sees a 2x2 map (a fourth would see 1x1).
 RESNET_LAYERS: dict[int, tuple[int, ...]] = {
-    14: (1, 1, 1, 1),
-    26: (2, 2, 2, 2),
+    11: (1, 1, 1),
+    20: (2, 2, 2),
     50: (3, 4, 6, 3),
     101: (3, 4, 23, 3),
     152: (3, 8, 36, 3),
@@ -87,9 +90,9 @@ RESNET_WIDTHS: tuple[Fraction, ...] = (
 HYBRID_STAGES: dict[int, tuple[int, ...]] = {16: (3, 4, 9), 32: (3, 4, 6, 3)}
 
 # Patch sizes the paper uses (32, 16; 14 for H) and 8 from later work; demo sizes use
-# small patches for 32 px images. Any divisor of the resolution is accepted; these are
-# what list_models() enumerates.
-_LISTED_PATCHES = {"Pico": (8, 4), "Nano": (8, 4), "b": (32,), "H": (14,)}
+# the patches the CPU demo trains at 32 px (16: a 2x2 grid, 8: 4x4). Any divisor of the
+# resolution is accepted; these are what list_models() enumerates.
+_LISTED_PATCHES = {"Femto": (16, 8), "Pico": (16, 8), "Nano": (8, 4), "b": (32,), "H": (14,)}
 _DEFAULT_PATCHES = (32, 16, 8)
 
 
