@@ -19,7 +19,12 @@ from vitscale.runfolder import STATUS_DONE
 
 from . import metrics as M
 
-__all__ = ["Summary", "summarise"]
+__all__ = ["Summary", "summarise", "NOISE_POINTS"]
+
+# A change of the gap smaller than this (accuracy points) is not called a trend: in the
+# demo, two few-shot seeds of one cell differ by ~2 points per task, so the mean over
+# seeds and three tasks carries about a point of sampling noise.
+NOISE_POINTS = 1.0
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,8 @@ class Summary:
                 trend = "was never a ResNet lead: the small-data effect is not reproduced"
             elif large["gap"] < 0:
                 trend = "reverses: the ViTs overtake"
+            elif abs(large["gap"] - small["gap"]) < NOISE_POINTS:
+                trend = f"barely changes (less than {NOISE_POINTS:g} point)"
             elif large["gap"] < small["gap"]:
                 trend = "shrinks"
             else:

@@ -46,6 +46,7 @@ def _frame(values: dict[tuple[str, int], float]) -> pd.DataFrame:
     [
         (70.0, "reverses: the ViTs overtake (+20.0 -> -10.0)"),
         (55.0, "shrinks (+20.0 -> +5.0)"),
+        (39.5, "barely changes (less than 1 point) (+20.0 -> +20.5)"),
         (30.0, "does not shrink (+20.0 -> +30.0)"),
     ],
 )

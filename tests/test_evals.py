@@ -135,3 +135,46 @@ def test_fewshot_features_use_the_evaluation_view_of_real_datasets(tmp_path):
     first, _ = run_model(model.pre_logits, fs.train, fs.pool, batch_size=8, accelerator=accelerator)
     again, _ = run_model(model.pre_logits, fs.train, fs.pool, batch_size=8, accelerator=accelerator)
     assert torch.equal(first, again)
+
+
+class _CountingImages(torch.utils.data.Dataset):
+    """Eight 3x4x4 images; counts how often an image is decoded."""
+
+    def __init__(self) -> None:
+        self.decoded = 0
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i):
+        self.decoded += 1
+        return torch.full((3, 4, 4), float(i)), torch.tensor(i % 2)
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_eval_images_are_decoded_once_while_they_fit_the_budget(world):
+    from types import SimpleNamespace
+
+    from vitscale.evals.features import Budget, EvalImages
+
+    def images_of(dataset, budget, rank=0):
+        acc = SimpleNamespace(num_processes=world, process_index=rank)
+        return EvalImages(dataset, range(7), batch_size=3, accelerator=acc, budget=budget)
+
+    per_image = 3 * 4 * 4 * 4 + 8  # float32 pixels + an int64 target
+    shard = -(-7 // world)  # this rank's examples, padded
+    roomy, data = Budget(10**6), _CountingImages()
+    kept = images_of(data, roomy)
+    first = [b.images.clone() for b in kept]
+    second = [b.images for b in kept]
+    assert data.decoded == shard  # the second pass replays the first
+    assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+    assert torch.cat(second)[:, 0, 0, 0].tolist() == list(range(7))[::world]  # rank 0's share
+    assert roomy.left == 10**6 - shard * per_image
+
+    tight, data = Budget(2 * per_image), _CountingImages()
+    uncached = images_of(data, tight)
+    for _ in range(2):
+        assert sum(len(b.images) for b in uncached) == shard
+    assert data.decoded == 2 * shard  # too large: decoded every time, bytes given back
+    assert tight.left == 2 * per_image

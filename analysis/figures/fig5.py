@@ -29,7 +29,7 @@ from vitscale.runfolder import finetune_key
 from .. import metrics as M
 from .. import paper, scaling, style
 from ..frontier import pareto_frontier
-from ._data import finished, hue_order, save, two_lines
+from ._data import finished, hue_order, log_x, save, two_lines
 
 __all__ = ["Panel", "PAPER_PANELS", "paper_panels", "plot", "figure", "write", "write_paper"]
 
@@ -139,7 +139,8 @@ def plot(
         )
         if fit:
             _fit(ax, group, metric, colors[value], bootstrap)
-    ax.set_xscale("log")
+    xs = [data[X]] + ([ref[X]] if panel.reference is not None else [])
+    log_x(ax, pd.concat(xs))
     ax.set_xlabel(M.axis_label(X))
     ax.set_ylabel(M.label(metric))
     ax.set_title(panel.title)

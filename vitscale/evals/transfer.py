@@ -1,8 +1,9 @@
 """Everything measured on a pre-trained model: few-shot linear, upstream top-1, fine-tuning.
 
 The datasets, few-shot samples and test sets are fixed once when the evaluator is built,
-so every evaluation during training sees the same images, and features are extracted
-once per evaluation and reused for every k and seed (paper Sec. 4.1; PROTOCOL.md).
+so every evaluation during training sees the same images (decoded once and kept while
+they fit, :class:`~vitscale.evals.features.EvalImages`), and features are extracted once
+per evaluation and reused for every k and seed (paper Sec. 4.1; PROTOCOL.md).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 from .. import runfolder as rf
 from ..config import Config
 from ..data import build_dataset, fewshot_indices
-from .features import labels_of, run_model
+from .features import EVAL_CACHE_BYTES, Budget, EvalImages, apply, labels_of
 from .fewshot import ridge_fewshot_accuracy
 
 
@@ -27,7 +28,8 @@ class _FewShotSet:
     num_classes: int
     samples: dict[tuple[int, int], list[int]]  # (k, seed) -> train indices
     pool: list[int]  # union of all samples: features extracted once
-    test_indices: list[int]
+    pool_images: EvalImages
+    test_images: EvalImages
 
 
 class TransferEvaluator:
@@ -36,6 +38,11 @@ class TransferEvaluator:
         self.accelerator = accelerator
         d = cfg.data
         self._build = dict(root=d.root, image_size=d.image_size, download=d.download)
+        self._images = dict(
+            batch_size=cfg.eval.batch_size,
+            accelerator=accelerator,
+            budget=Budget(EVAL_CACHE_BYTES),
+        )
         fs = cfg.eval.fewshot
         self.fewshot = [
             self._fewshot_set(name, fs.shots, fs.seeds, fs.test_examples) for name in fs.datasets
@@ -44,7 +51,7 @@ class TransferEvaluator:
         if cfg.eval.upstream.examples:
             test = build_dataset(d.dataset, "test", seed=cfg.seed, **self._build)
             n = min(cfg.eval.upstream.examples, len(test))
-            self.upstream = (test, list(range(n)))
+            self.upstream = EvalImages(test, range(n), **self._images)
 
     def _fewshot_set(
         self, name: str, shots: list[int], seeds: int, test_examples: int | None
@@ -62,18 +69,25 @@ class TransferEvaluator:
                 samples[(k, seed)] = largest[: k * train.num_classes].tolist()
         pool = sorted({i for idx in samples.values() for i in idx})
         n_test = len(test) if test_examples is None else min(test_examples, len(test))
-        test_indices = list(range(n_test))
-        return _FewShotSet(name, train, test, train.num_classes, samples, pool, test_indices)
+        return _FewShotSet(
+            name,
+            train,
+            test,
+            train.num_classes,
+            samples,
+            pool,
+            pool_images=EvalImages(train, pool, **self._images),
+            test_images=EvalImages(test, range(n_test), **self._images),
+        )
 
     @torch.no_grad()
     def run(self, model: torch.nn.Module, *, step: int) -> dict[str, float]:
         """Few-shot accuracies (each seed and their mean) and upstream top-1, as fractions."""
         metrics: dict[str, float] = {}
-        batch = self.cfg.eval.batch_size
-        kw = dict(batch_size=batch, accelerator=self.accelerator)
+        kw = dict(accelerator=self.accelerator)
         for fs in self.fewshot:
-            pool_x, pool_y = run_model(model.pre_logits, fs.train, fs.pool, **kw)
-            test_x, test_y = run_model(model.pre_logits, fs.test, fs.test_indices, **kw)
+            pool_x, pool_y = apply(model.pre_logits, fs.pool_images, **kw)
+            test_x, test_y = apply(model.pre_logits, fs.test_images, **kw)
             row_of = {index: row for row, index in enumerate(fs.pool)}
             per_k: dict[int, list[float]] = {}
             for (k, seed), indices in fs.samples.items():
@@ -91,8 +105,7 @@ class TransferEvaluator:
             for k, accs in per_k.items():
                 metrics[rf.fewshot_key(fs.name, k)] = statistics.fmean(accs)
         if self.upstream is not None:
-            test, indices = self.upstream
-            logits, labels = run_model(model, test, indices, **kw)
+            logits, labels = apply(model, self.upstream, **kw)
             top = logits.argmax(dim=1)
             if labels.ndim == 2:  # multi-label: the top prediction is one of the labels (prec@1)
                 hits = labels[torch.arange(len(top)), top] > 0
