@@ -5,10 +5,11 @@ i.e. generation at least 10x faster than a training step of the demo models eats
 Measured on this machine, same threads for both:
 
 - generation, images/s, at 32, 64, 128 and 224 px: ``render`` on a batch of random
-  indices of the upstream train split (batched torch rendering), and the same through
-  ``build_loader`` (``num_workers=0``: rendering in the training process, the demo default);
+  indices of the upstream train split, by the torch reference path and by the fused C++
+  kernel (:mod:`vitscale.data._fused`, the default), and through ``build_loader``
+  (``num_workers=0``: rendering in the training process, the demo default);
 - consumption, images/s: one training step (forward, cross-entropy, backward, AdamW) of
-  ``ViT-Femto/16``, ``ViT-Pico/8`` and ``BiT-R20x0.5`` (demo models) at 32 px, batch 128, on the CPU.
+  each demo model at 32 px, batch 128, on the CPU.
 
 Measurements are interleaved round by round (generation, models, generation, ...) so a
 change in machine load hits all of them alike; each entry is the median over rounds.
@@ -57,16 +58,17 @@ def timed(fn, *, images_per_call: int, min_seconds: float) -> float:
 
 
 class RenderBench:
-    """``render`` of ``batch`` random upstream train indices (fresh ones every call)."""
+    """``render`` of ``batch`` random upstream train indices (fresh ones every call), by the
+    fused C++ kernel (the default where it builds) or the torch reference path."""
 
-    def __init__(self, size: int, batch: int) -> None:
-        self.size, self.batch = size, batch
+    def __init__(self, size: int, batch: int, *, fused: bool = True) -> None:
+        self.size, self.batch, self.fused = size, batch, fused
         self.rng = np.random.default_rng(size)
         self.task = TASKS[UPSTREAM]
 
     def __call__(self) -> None:
         indices = self.rng.integers(0, self.task.split_size("train"), self.batch)
-        render(self.task, "train", indices, self.size)
+        render(self.task, "train", indices, self.size, fused=self.fused)
 
 
 class LoaderBench:
@@ -116,7 +118,11 @@ def main(argv: list[str] | None = None) -> int:
 
     benches: dict[tuple[str, str, int], object] = {}
     for size in args.sizes:
-        benches[("generate", "render (batched)", size)] = (
+        benches[("generate", "render, torch reference path", size)] = (
+            RenderBench(size, args.render_batch, fused=False),
+            args.render_batch,
+        )
+        benches[("generate", "render, fused kernel", size)] = (
             RenderBench(size, args.render_batch),
             args.render_batch,
         )

@@ -8,6 +8,7 @@ number of threads.
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 
@@ -180,3 +181,64 @@ def test_rendered_pixels_are_pinned(name):
     for size in (32, 61):
         h.update(render(TASKS[name], "test", np.arange(0, 800, 100), size).images.numpy().tobytes())
     assert h.hexdigest()[:24] == WORLD_PIXELS[name]
+
+
+def _fused_kernel():
+    """The fused renderer, which CI must be able to build (a C++ compiler is part of the
+    reference machine); elsewhere its absence only skips these comparisons."""
+    from vitscale.data import _fused
+
+    kernel = _fused.kernel()
+    if kernel is None:
+        if os.environ.get("CI"):
+            pytest.fail("the fused synthetic renderer could not be built in CI")
+        pytest.skip("no C++ toolchain: the fused synthetic renderer is not available")
+    return kernel
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    task=st.sampled_from(["synthetic", "synthetic-glyphs", "synthetic-pairs"]),
+    split=st.sampled_from(["train", "test"]),
+    indices=st.lists(st.integers(0, 10**9 - 1), min_size=1, max_size=40),
+    size=st.sampled_from([32, 45, 64, 97, 224]),
+)
+def test_fused_renderer_draws_the_reference_pixels(task, split, indices, size):
+    """The C++ kernel and the torch operations produce the same bits (not just close)."""
+    _fused_kernel()
+    idx = np.asarray(indices)
+    fused = render(TASKS[task], split, idx, size).images
+    reference = render(TASKS[task], split, idx, size, fused=False).images
+    assert torch.equal(fused, reference)
+
+
+def test_fused_renderer_is_used_and_can_be_switched_off(monkeypatch):
+    from vitscale.data import _fused
+
+    kernel = _fused_kernel()
+    calls = []
+    monkeypatch.setattr(_fused, "kernel", lambda: lambda *a: calls.append(a) or kernel(*a))
+    render(TASKS["synthetic"], "train", np.arange(10), 32)
+    render(TASKS["synthetic-textures"], "train", np.arange(10), 32)  # textures: torch only
+    assert len(calls) == 1
+    monkeypatch.undo()
+    monkeypatch.setenv("VITSCALE_FUSED_RENDER", "0")
+    assert _fused.kernel() is None
+
+
+def test_without_a_compiler_the_torch_path_renders_with_a_warning(monkeypatch):
+    import torch.utils.cpp_extension as cpp
+
+    from vitscale.data import _fused
+
+    def no_compiler(**_):
+        raise RuntimeError("Error building extension: g++: command not found")
+
+    monkeypatch.setattr(cpp, "load_inline", no_compiler)
+    monkeypatch.setattr(_fused, "_state", {})
+    monkeypatch.setattr(_fused, "_built", lambda name: True)
+    with pytest.warns(RuntimeWarning, match="could not be built.*g\\+\\+: command not found"):
+        assert _fused.kernel() is None
+    idx = np.arange(5)
+    images = render(TASKS["synthetic"], "train", idx, 32).images
+    assert torch.equal(images, render(TASKS["synthetic"], "train", idx, 32, fused=False).images)

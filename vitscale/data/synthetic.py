@@ -22,9 +22,14 @@ Only the object's shape or pattern is informative; where it is, how large, and i
 are nuisances. That is exactly the structure a convolution's locality and translation
 equivariance encode and a ViT has to learn from data (paper Sec. 3.1, "Inductive bias").
 
-Bit-exactness: only +, -, *, /, sqrt, floor, min/max/clamp, abs and gathers are used, all
-correctly rounded in torch's vectorised and scalar CPU paths, so an image does not depend
-on the batch it was rendered in, nor on the number of threads.
+Bit-exactness: only +, -, *, /, floor, min/max/clamp, abs and gathers (correctly rounded
+in torch's vectorised and scalar CPU paths) and torch's own sqrt kernel are used, so an
+image does not depend on the batch it was rendered in, nor on the number of threads.
+
+Two paths draw the same pixels: the torch operations here (the reference, and the only
+path for textures), and for glyph and pair scenes the fused C++ kernel of
+:mod:`vitscale.data._fused`, which makes generation several times faster (measured in
+``benchmarks/data_throughput.py``) and is used wherever it can be built.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from einops import rearrange, repeat
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from . import _fused
 from ._hash import derive_key, uniform
 from .batch import Batch
 from .vocabulary import GLYPH_GRID, TASKS, TEXTURES, WORLD_SEED, SyntheticTask, glyph_bank
@@ -124,25 +130,31 @@ def _lerp_weights(size: int, cells: int) -> tuple[Tensor, Tensor]:
     return i0, g - i0
 
 
-def _background(u: np.ndarray, light_bg: np.ndarray, size: int) -> Tensor:
-    """Two-colour linear gradient plus value noise (a 6x6 grid of per-channel offsets,
-    bilinearly upsampled): smooth blotches of clutter at a few scales of the objects."""
-    c0 = rearrange(_colours(u[:, BG_COLOURS][:, :3], light_bg), "b c -> b c 1 1")
-    c1 = rearrange(_colours(u[:, BG_COLOURS][:, 3:], light_bg), "b c -> b c 1 1")
-    d = _t(u[:, GRADIENT] * 2.0 - 1.0)
-    grid = rearrange(
-        _t((u[:, NOISE] - 0.5) * _NOISE_AMPLITUDE),
-        "b (c gy gx) -> b c gy gx",
-        c=3,
-        gy=_NOISE_GRID,
-    )
+def _background_grid(u: np.ndarray, light_bg: np.ndarray) -> Tensor:
+    """(B, 3, G, G) background at the noise grid's cell centres: a two-colour linear
+    gradient plus value noise (per-channel offsets), to be bilinearly upsampled: smooth
+    blotches of clutter at a few scales of the objects. Small arrays: float32 numpy (the
+    same IEEE operations as torch's, without its per-call overhead)."""
+    f32 = np.float32
+    colours = [
+        np.where(light_bg[:, None], _range(c, _LIGHT), _range(c, _DARK)).astype(f32)
+        for c in (u[:, BG_COLOURS][:, :3], u[:, BG_COLOURS][:, 3:])
+    ]
+    c0, c1 = (rearrange(c, "b c -> b c 1 1") for c in colours)
+    d = (u[:, GRADIENT] * 2.0 - 1.0).astype(f32)
+    noise = ((u[:, NOISE] - 0.5) * _NOISE_AMPLITUDE).astype(f32)
+    grid = rearrange(noise, "b (c gy gx) -> b c gy gx", c=3, gy=_NOISE_GRID)
     # Bake the gradient into the grid: bilinear interpolation reproduces a linear ramp.
-    g = (torch.arange(_NOISE_GRID, dtype=torch.float32) + 0.5) / _NOISE_GRID - 0.5
+    g = (np.arange(_NOISE_GRID, dtype=f32) + f32(0.5)) / f32(_NOISE_GRID) - f32(0.5)
     ramp = rearrange(g, "x -> 1 1 1 x") * rearrange(d[:, 0], "b -> b 1 1 1")
-    ramp = (ramp + rearrange(g, "y -> 1 1 y 1") * rearrange(d[:, 1], "b -> b 1 1 1")) + 0.5
-    grid = grid + c0 + ramp.clamp_(0.0, 1.0) * (c1 - c0)
-    # Separable bilinear upsampling (pixel centres, clamped at the borders): along x on
-    # the small grid, then along y with two row gathers.
+    ramp = (ramp + rearrange(g, "y -> 1 1 y 1") * rearrange(d[:, 1], "b -> b 1 1 1")) + f32(0.5)
+    ramp = np.clip(ramp, f32(0.0), f32(1.0))
+    return torch.from_numpy(np.ascontiguousarray(grid + c0 + ramp * (c1 - c0)))
+
+
+def _upsample(grid: Tensor, size: int) -> Tensor:
+    """Separable bilinear upsampling (pixel centres, clamped at the borders): along x on
+    the small grid, then along y with two row gathers."""
     i0, w = _lerp_weights(size, _NOISE_GRID)
     grid = rearrange(grid, "b c gy gx -> (b c gy) gx")
     left, right = grid.index_select(1, i0), grid.index_select(1, i0 + 1)
@@ -154,29 +166,43 @@ def _background(u: np.ndarray, light_bg: np.ndarray, size: int) -> Tensor:
     return rearrange(top.add_(bottom), "(b c) h w -> b c h w", c=3)
 
 
-def _strokes(canvas: Tensor, u: np.ndarray, light_bg: np.ndarray, front: bool) -> None:
+def _stroke_layer(
+    u: np.ndarray, light_bg: np.ndarray, size: int, front: bool
+) -> tuple[Tensor, Tensor, Tensor]:
     """Distractor line segments behind (``front=False``) or over the object.
 
     Each example has up to ``_STROKES`` segments; those of one layer share a colour, whose
     brightness is the background's or the object's at random, so colour alone cannot find
-    the object. Round ``r`` draws every example's ``r``-th segment of the layer, so the
-    work is proportional to the segments drawn, not to the slots.
+    the object. Returns the layer's segments ``(B, _STROKES, 5)`` (end points and reach,
+    in pixels; the first ``counts[b]`` rows of example ``b`` are drawn), ``counts (B,)``
+    int32 and the colours ``(B, 3)``.
     """
+    s = rearrange(u[:, STROKES], "b (k f) -> b k f", k=_STROKES)
+    on = (s[..., 0] < _STROKE_P) & ((s[..., 1] < _STROKE_FRONT_P) == front)
+    order = np.argsort(~on, axis=1, kind="stable")  # each example's drawn segments first
+    f = np.take_along_axis(s, order[..., None], axis=1)
+    ends = f[..., 2:6] * size
+    reach = _range(f[..., 6], _STROKE_HALF_WIDTH) * size + 0.5
+    segs = _t(np.concatenate([ends, reach[..., None]], axis=-1))
+    counts = torch.from_numpy(on.sum(axis=1).astype(np.int32))
+    c = u[:, STROKE_COLOURS][:, 4:] if front else u[:, STROKE_COLOURS][:, :4]
+    colour = _colours(c[:, 1:], np.where(c[:, 0] < 0.5, light_bg, ~light_bg))
+    return segs, counts, colour
+
+
+def _strokes(canvas: Tensor, segs: Tensor, counts: Tensor, colour: Tensor) -> None:
+    """Draw one stroke layer (:func:`_stroke_layer`). Round ``r`` draws every example's
+    ``r``-th segment, so the work is proportional to the segments drawn, not the slots."""
+    if not bool((counts > 0).any()):
+        return
     size = canvas.shape[-1]
     pix = _pixels(size) * size  # pixel centres, in pixels
     x = rearrange(pix, "w -> 1 1 w")
     y = rearrange(pix, "h -> 1 h 1")
-    s = rearrange(u[:, STROKES], "b (k f) -> b k f", k=_STROKES)
-    on = (s[..., 0] < _STROKE_P) & ((s[..., 1] < _STROKE_FRONT_P) == front)
-    if not on.any():
-        return
-    rank = np.cumsum(on, axis=1) - 1
-    ink = torch.zeros(len(u), size, size)
-    for r in range(int(on.sum(axis=1).max())):
-        b, k = np.nonzero(on & (rank == r))
-        f = s[b, k]
-        ax, ay, bx, by = (rearrange(_t(f[:, i] * size), "n -> n 1 1") for i in range(2, 6))
-        reach = rearrange(_t(_range(f[:, 6], _STROKE_HALF_WIDTH) * size + 0.5), "n -> n 1 1")
+    ink = torch.zeros(len(canvas), size, size)
+    for r in range(int(counts.max())):
+        sel = torch.nonzero(counts > r).flatten()
+        ax, ay, bx, by, reach = rearrange(segs[sel, r], "n f -> f n 1 1")
         dx, dy = bx - ax, by - ay
         inv = 1.0 / (dx * dx + dy * dy + 1e-6)
         px, py = x - ax, y - ay
@@ -184,50 +210,33 @@ def _strokes(canvas: Tensor, u: np.ndarray, light_bg: np.ndarray, front: bool) -
         qx, qy = px - t * dx, py - t * dy
         dist = qx.mul_(qx).add_(qy.mul_(qy)).sqrt_()
         cov = dist.neg_().add_(reach).clamp_(0.0, 1.0)  # one-pixel anti-aliased edge
-        if len(b) == len(u):
+        if len(sel) == len(canvas):
             torch.maximum(ink, cov, out=ink)
         else:
-            sel = torch.from_numpy(b)
             ink.index_copy_(0, sel, torch.maximum(ink.index_select(0, sel), cov))
-    c = u[:, STROKE_COLOURS][:, 4:] if front else u[:, STROKE_COLOURS][:, :4]
-    _over(canvas, ink, _colours(c[:, 1:], np.where(c[:, 0] < 0.5, light_bg, ~light_bg)))
+    _over(canvas, ink, colour)
 
 
-def _box_coords(pix: Tensor, centre: np.ndarray, half: np.ndarray) -> Tensor:
-    """(B, N) position of each pixel in the box, in glyph cells of the zero-padded bitmap."""
-    lo = rearrange(_t(centre - half), "b -> b 1")
-    side = rearrange(_t(2.0 * half), "b -> b 1")
-    return (rearrange(pix, "n -> 1 n") - lo) / side * GLYPH_GRID + 0.5
-
-
-def _glyph(
-    canvas: Tensor,
-    bitmaps: np.ndarray,
-    centre: tuple[np.ndarray, np.ndarray],
-    half: tuple[np.ndarray, np.ndarray],
-    colour: Tensor,
-) -> None:
-    """Draw one glyph per example: bilinear lookup of its bitmap, sharpened to 1 px edges."""
-    size = canvas.shape[-1]
-    pix = _pixels(size)
-    pad = GLYPH_GRID + 2
-    padded = np.zeros((len(bitmaps), pad, pad), dtype=np.float32)
-    padded[:, 1:-1, 1:-1] = bitmaps
-    bm = torch.from_numpy(padded)
-    gx = _box_coords(pix, centre[0], half[0]).clamp_(0.0, pad - 1.0)
-    gy = _box_coords(pix, centre[1], half[1]).clamp_(0.0, pad - 1.0)
+def _glyph(canvas: Tensor, bitmaps: Tensor, box: Tensor, colour: Tensor) -> None:
+    """Draw one glyph per example (:func:`_glyph_layers`): bilinear lookup of its
+    zero-padded bitmap ``(B, P, P)`` in its box, sharpened to one-pixel edges."""
+    size, pad = canvas.shape[-1], bitmaps.shape[-1]
+    pix = rearrange(_pixels(size), "n -> 1 n")
+    lo_x, side_x, lo_y, side_y, cell_px = rearrange(box, "b f -> f b 1")
+    # Position of each pixel in the box, in glyph cells of the padded bitmap.
+    gx = ((pix - lo_x) / side_x * GLYPH_GRID + 0.5).clamp_(0.0, pad - 1.0)
+    gy = ((pix - lo_y) / side_y * GLYPH_GRID + 0.5).clamp_(0.0, pad - 1.0)
     ix, iy = gx.floor().long().clamp_(max=pad - 2), gy.floor().long().clamp_(max=pad - 2)
     wx, wy = gx - ix, gy - iy
-    r0 = bm.gather(1, repeat(iy, "b h -> b h k", k=pad))
-    r1 = bm.gather(1, repeat(iy + 1, "b h -> b h k", k=pad))
+    r0 = bitmaps.gather(1, repeat(iy, "b h -> b h k", k=pad))
+    r1 = bitmaps.gather(1, repeat(iy + 1, "b h -> b h k", k=pad))
     rows = r0 + rearrange(wy, "b h -> b h 1") * (r1 - r0)
     c0 = rows.gather(2, repeat(ix, "b w -> b h w", h=size))
     c1 = rows.gather(2, repeat(ix + 1, "b w -> b h w", h=size))
     value = c0 + rearrange(wx, "b w -> b 1 w") * (c1 - c0)
     # The interpolated bitmap crosses 1/2 on cell edges with slope 1/cell; scaling by the
     # cell size in pixels turns that into a one-pixel anti-aliased edge.
-    cell_px = _t(2.0 * np.minimum(half[0], half[1]) * size / GLYPH_GRID)
-    _over(canvas, _edge((value - 0.5) * rearrange(cell_px, "b -> b 1 1")), colour)
+    _over(canvas, _edge((value - 0.5) * rearrange(cell_px, "b 1 -> b 1 1")), colour)
 
 
 def _tri(t: Tensor) -> Tensor:
@@ -301,9 +310,12 @@ def _texture(canvas: Tensor, u: np.ndarray, labels: np.ndarray, light_bg: np.nda
     _over(canvas, ink * patch, _colours(o[:, 10:13], ~light_bg))
 
 
-def _glyph_object(
-    canvas: Tensor, task: SyntheticTask, u: np.ndarray, labels: np.ndarray, light_bg: np.ndarray
-) -> None:
+def _glyph_layers(
+    task: SyntheticTask, u: np.ndarray, labels: np.ndarray, light_bg: np.ndarray, size: int
+) -> list[tuple[Tensor, Tensor, Tensor]]:
+    """The object of a glyph or pair task, one layer per glyph: zero-padded bitmaps
+    ``(B, P, P)``, boxes ``(B, 5)`` (left, width, top, height in image units, and the
+    bitmap cell in pixels) and colours ``(B, 3)``."""
     bank = glyph_bank(max(task.glyphs) + 1)
     o = u[:, OBJECT]
     if task.kind == "glyph":
@@ -320,6 +332,7 @@ def _glyph_object(
     # A pair splits the image in halves, side by side or one above the other; each glyph
     # stays inside its half, so the two never overlap.
     side_by_side = o[:, 16] < 0.5
+    layers = []
     for j, (lo, hi) in enumerate(halves):
         f = o[:, 8 * j : 8 * j + 8]  # scale, aspect x, aspect y, position x, y, rgb
         scale = _range(f[:, 0], scale_range)
@@ -329,11 +342,22 @@ def _glyph_object(
         lo_y, hi_y = np.where(side_by_side, 0.0, lo), np.where(side_by_side, 1.0, hi)
         cx = lo_x + hx + f[:, 3] * np.maximum(hi_x - lo_x - 2 * hx, 0.0)
         cy = lo_y + hy + f[:, 4] * np.maximum(hi_y - lo_y - 2 * hy, 0.0)
-        _glyph(canvas, bank[glyphs[j]], (cx, cy), (hx, hy), _colours(f[:, 5:8], ~light_bg))
+        padded = np.zeros((len(u), GLYPH_GRID + 2, GLYPH_GRID + 2), dtype=np.float32)
+        padded[:, 1:-1, 1:-1] = bank[glyphs[j]]
+        cell_px = 2.0 * np.minimum(hx, hy) * size / GLYPH_GRID
+        box = np.stack([cx - hx, 2.0 * hx, cy - hy, 2.0 * hy, cell_px], axis=1)
+        layers.append((torch.from_numpy(padded), _t(box), _colours(f[:, 5:8], ~light_bg)))
+    return layers
 
 
-def render(task: SyntheticTask, split: str, indices: np.ndarray, image_size: int) -> Batch:
-    """Images ``(B, 3, S, S)`` in [-1, 1] and int64 labels for ``indices`` of one split."""
+def render(
+    task: SyntheticTask, split: str, indices: np.ndarray, image_size: int, *, fused: bool = True
+) -> Batch:
+    """Images ``(B, 3, S, S)`` in [-1, 1] and int64 labels for ``indices`` of one split.
+
+    Glyph and pair scenes are drawn by the fused C++ kernel (:mod:`._fused`) where it can be
+    built, else (and with ``fused=False``, the reference) by torch operations: the same
+    pixels either way."""
     if not MIN_SIZE <= image_size <= MAX_SIZE:
         raise ValueError(
             f"synthetic image_size must be in [{MIN_SIZE}, {MAX_SIZE}], got {image_size}"
@@ -342,18 +366,38 @@ def render(task: SyntheticTask, split: str, indices: np.ndarray, image_size: int
     key = derive_key(WORLD_SEED, task.stream, _SPLIT_STREAM[split])
     images = torch.empty(len(indices), 3, image_size, image_size)
     chunk = max(_CHUNK_PIXELS // image_size**2, 1)
+    i0, w = _lerp_weights(image_size, _NOISE_GRID)
+    pix = _pixels(image_size)
+    pix_px = pix * image_size
     for start in range(0, len(indices), chunk):
         idx = indices[start : start + chunk]
         u = uniform(key, idx, NUM_FIELDS)
         labels = idx % task.num_classes
         light_bg = u[:, POLARITY][:, 0] < 0.5
-        canvas = _background(u, light_bg, image_size)
-        _strokes(canvas, u, light_bg, front=False)
+        grid = _background_grid(u, light_bg)
+        behind, front = (_stroke_layer(u, light_bg, image_size, f) for f in (False, True))
+        if task.kind != "texture" and fused and (kernel := _fused.kernel()) is not None:
+            glyphs = _glyph_layers(task, u, labels, light_bg, image_size)
+            kernel(
+                images[start : start + chunk],
+                grid,
+                i0,
+                w,
+                pix,
+                pix_px,
+                *(torch.stack(parts) for parts in zip(behind, front, strict=True)),
+                *(torch.stack(parts) for parts in zip(*glyphs, strict=True)),
+                GLYPH_GRID,
+            )
+            continue
+        canvas = _upsample(grid, image_size)
+        _strokes(canvas, *behind)
         if task.kind == "texture":
             _texture(canvas, u, labels, light_bg)
         else:
-            _glyph_object(canvas, task, u, labels, light_bg)
-        _strokes(canvas, u, light_bg, front=True)
+            for layer in _glyph_layers(task, u, labels, light_bg, image_size):
+                _glyph(canvas, *layer)
+        _strokes(canvas, *front)
         images[start : start + chunk] = canvas.clamp_(0.0, 1.0).mul_(2.0).sub_(1.0)
     return Batch(images, torch.from_numpy(indices % task.num_classes))
 

@@ -93,7 +93,10 @@ class SyntheticTask:
 
     @property
     def num_classes(self) -> int:
-        return len(self.classes)
+        """``len(self.classes)``, without building the names (the renderer asks per batch)."""
+        if self.kind == "glyph":
+            return len(self.glyphs)
+        return len(self.pairs) if self.kind == "pair" else len(TEXTURES)
 
     @property
     def pairs(self) -> tuple[tuple[int, int], ...]:
