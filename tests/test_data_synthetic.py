@@ -213,11 +213,19 @@ def test_fused_renderer_draws_the_reference_pixels(task, split, indices, size):
 
 
 def test_fused_renderer_is_used_and_can_be_switched_off(monkeypatch):
+    from types import SimpleNamespace
+
     from vitscale.data import _fused
 
-    kernel = _fused_kernel()
+    module = _fused_kernel()
     calls = []
-    monkeypatch.setattr(_fused, "kernel", lambda: lambda *a: calls.append(a) or kernel(*a))
+
+    def counted(*a):
+        calls.append(len(a))
+        return module.render_glyph_scenes(*a)
+
+    spy = SimpleNamespace(glyph_scene_params=module.glyph_scene_params, render_glyph_scenes=counted)
+    monkeypatch.setattr(_fused, "kernel", lambda: spy)
     render(TASKS["synthetic"], "train", np.arange(10), 32)
     render(TASKS["synthetic-textures"], "train", np.arange(10), 32)  # textures: torch only
     assert len(calls) == 1

@@ -1,21 +1,26 @@
-"""The synthetic renderer's pixel loop fused into one C++ kernel (built on first use).
+"""The synthetic renderer for glyph and pair scenes as C++ kernels (built on first use).
 
-:mod:`vitscale.data.synthetic` draws a glyph scene with about a hundred torch operations
-per chunk of images, each one a pass over the whole batch; the toy ViTs of the CPU demo
-train faster than that draws (``benchmarks/data_throughput.py``). This kernel computes
-each pixel in a few passes, from the same per-example parameters, with the same float32
-operations in the same order: no fused multiply-add (``-ffp-contract=off``), no fast-math,
-and square roots by torch's own kernel (torch's vectorised sqrt is not the correctly
-rounded one), so every image is bit-identical to the torch path, which stays the
+:mod:`vitscale.data.synthetic` draws a scene with about a hundred torch operations per
+chunk of images and derives its per-example parameters with numpy; the toy ViTs of the
+CPU demo train faster than that draws (``benchmarks/data_throughput.py``). Two kernels do
+the same work here: ``glyph_scene_params`` derives the parameters from (key, index) (the
+counter-based hash, colours, background grid, strokes, glyph boxes) and
+``render_glyph_scenes`` draws the pixels, stage by stage. Both use the same float64 and
+float32 operations in the same order as the Python path: no fused multiply-add
+(``-ffp-contract=off``, and no vectoriser where GCC would still emit one), no fast-math,
+square roots through torch's own sqrt kernel (torch's CPU sqrt is not the correctly
+rounded one). So every image is bit-identical to the torch path, which stays the
 reference (``tests/test_data_synthetic.py`` holds the two equal).
 
 It is compiled with ``torch.utils.cpp_extension.load_inline`` into torch's extension
-cache the first time it is needed (about a minute); without a C++ compiler, or with
-``VITSCALE_FUSED_RENDER=0``, :func:`kernel` returns ``None`` and the torch path renders.
+cache the first time it is needed (about 30 s, once per CPU capability and source
+version); without a C++ compiler, or with ``VITSCALE_FUSED_RENDER=0``, :func:`kernel`
+returns ``None`` and the torch path renders.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -176,9 +181,132 @@ void render_glyph_scenes(torch::Tensor out, torch::Tensor grid, torch::Tensor le
 }
 """
 
+
+# The per-example parameters (vitscale.data.synthetic: uniform, _background_grid,
+# _stroke_layer, _glyph_layers), computed from (key, index) in the same float64 and float32
+# operations; the constants are filled in from synthetic.py (one place for each).
+_PARAMS_SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <algorithm>
+#include <cstdint>
+#include <tuple>
+
+{constants}
+
+static inline uint64_t mix64(uint64_t x) {{
+  x ^= x >> 30; x *= 0xBF58476D1CE4E5B9ULL;
+  x ^= x >> 27; x *= 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}}
+static constexpr uint64_t GOLDEN = 0x9E3779B97F4A7C15ULL;
+static inline double lerp_range(double u, double lo, double hi) {{ return lo + u * (hi - lo); }}
+static inline void colours(const double* u, bool light, float* out) {{
+  for (int c = 0; c < 3; ++c)
+    out[c] = (float)(light ? lerp_range(u[c], LIGHT_LO, LIGHT_HI) : lerp_range(u[c], DARK_LO, DARK_HI));
+}}
+
+// GCC 12's SLP vectoriser turns a * b + c * d into vfmaddsub despite -ffp-contract=off;
+// this function is not the hot loop, so it is compiled without the vectoriser.
+#pragma GCC push_options
+#pragma GCC optimize("no-tree-vectorize", "no-tree-slp-vectorize")
+std::vector<torch::Tensor> glyph_scene_params(int64_t key_bits, torch::Tensor indices, int64_t size,
+                                              bool pair, torch::Tensor classes, torch::Tensor bank,
+                                              double scale_lo, double scale_hi) {{
+  const int64_t B = indices.size(0), C = classes.size(0), J = pair ? 2 : 1, P = GLYPH_GRID + 2;
+  const uint64_t key = (uint64_t)key_bits;
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  auto grid = torch::empty({{B, 3, NOISE_GRID, NOISE_GRID}}, f32);
+  auto segs = torch::zeros({{2, B, STROKES, 5}}, f32);
+  auto counts = torch::zeros({{2, B}}, torch::TensorOptions().dtype(torch::kInt32));
+  auto scol = torch::empty({{2, B, 3}}, f32);
+  auto bitmaps = torch::zeros({{J, B, P, P}}, f32);
+  auto box = torch::empty({{J, B, 5}}, f32);
+  auto gcol = torch::empty({{J, B, 3}}, f32);
+  const int64_t* idx = indices.data_ptr<int64_t>();
+  const int64_t* cls = classes.data_ptr<int64_t>();
+  const float* bk = bank.data_ptr<float>();
+  float *gp = grid.data_ptr<float>(), *sp = segs.data_ptr<float>(), *scp = scol.data_ptr<float>();
+  float *bmp = bitmaps.data_ptr<float>(), *bxp = box.data_ptr<float>(), *gcp = gcol.data_ptr<float>();
+  int32_t* cp = counts.data_ptr<int32_t>();
+  at::parallel_for(0, B, 16, [&](int64_t begin, int64_t end) {{
+    double u[NUM_FIELDS];
+    for (int64_t b = begin; b < end; ++b) {{
+      const uint64_t base = mix64(((uint64_t)idx[b] * GOLDEN) ^ key);
+      for (int64_t f = 0; f < NUM_FIELDS; ++f)
+        u[f] = (double)(mix64(base + (uint64_t)(f + 1) * GOLDEN) >> 11) * (1.0 / 9007199254740992.0);
+      const bool light_bg = u[POLARITY] < 0.5;
+      // background grid (float32, as the numpy path)
+      float c0[3], c1[3];
+      colours(u + BG_COLOURS, light_bg, c0);
+      colours(u + BG_COLOURS + 3, light_bg, c1);
+      const float d0 = (float)(u[GRADIENT] * 2.0 - 1.0), d1 = (float)(u[GRADIENT + 1] * 2.0 - 1.0);
+      for (int c = 0; c < 3; ++c)
+        for (int gy = 0; gy < NOISE_GRID; ++gy)
+          for (int gx = 0; gx < NOISE_GRID; ++gx) {{
+            const float noise = (float)((u[NOISE + (c * NOISE_GRID + gy) * NOISE_GRID + gx] - 0.5) * NOISE_AMPLITUDE);
+            const float g_x = ((float)gx + 0.5f) / (float)NOISE_GRID - 0.5f;
+            const float g_y = ((float)gy + 0.5f) / (float)NOISE_GRID - 0.5f;
+            float ramp = (g_x * d0 + g_y * d1) + 0.5f;
+            ramp = std::min(std::max(ramp, 0.0f), 1.0f);
+            gp[((b * 3 + c) * NOISE_GRID + gy) * NOISE_GRID + gx] = noise + c0[c] + ramp * (c1[c] - c0[c]);
+          }}
+      // stroke layers: 0 behind, 1 over the object
+      for (int layer = 0; layer < 2; ++layer) {{
+        int32_t n = 0;
+        for (int k = 0; k < STROKES; ++k) {{
+          const double* s = u + STROKES_AT + 7 * k;
+          if (!(s[0] < STROKE_P && ((s[1] < STROKE_FRONT_P) == (layer == 1)))) continue;
+          float* out = sp + ((layer * B + b) * STROKES + n) * 5;
+          for (int e = 0; e < 4; ++e) out[e] = (float)(s[2 + e] * (double)size);
+          out[4] = (float)(lerp_range(s[6], HALF_WIDTH_LO, HALF_WIDTH_HI) * (double)size + 0.5);
+          ++n;
+        }}
+        cp[layer * B + b] = n;
+        const double* c = u + STROKE_COLOURS + 4 * layer;
+        colours(c + 1, c[0] < 0.5 ? light_bg : !light_bg, scp + (layer * B + b) * 3);
+      }}
+      // the glyph object(s)
+      const double* o = u + OBJECT;
+      const int64_t label = idx[b] % C;
+      int64_t glyphs[2];
+      if (pair) {{
+        const bool swap = o[17] < 0.5;
+        glyphs[0] = cls[label * 2 + (swap ? 1 : 0)];
+        glyphs[1] = cls[label * 2 + (swap ? 0 : 1)];
+      }} else {{
+        glyphs[0] = cls[label];
+      }}
+      const bool side_by_side = o[16] < 0.5;
+      for (int64_t j = 0; j < J; ++j) {{
+        const double lo = pair ? 0.5 * (double)j : 0.0, hi = pair ? 0.5 * (double)(j + 1) : 1.0;
+        const double* f = o + 8 * j;
+        const double scale = lerp_range(f[0], scale_lo, scale_hi);
+        const double hx = scale / 2 * (1.0 + ASPECT * (2 * f[1] - 1));
+        const double hy = scale / 2 * (1.0 + ASPECT * (2 * f[2] - 1));
+        const double lo_x = side_by_side ? lo : 0.0, hi_x = side_by_side ? hi : 1.0;
+        const double lo_y = side_by_side ? 0.0 : lo, hi_y = side_by_side ? 1.0 : hi;
+        const double cx = lo_x + hx + f[3] * std::max(hi_x - lo_x - 2 * hx, 0.0);
+        const double cy = lo_y + hy + f[4] * std::max(hi_y - lo_y - 2 * hy, 0.0);
+        float* q = bxp + (j * B + b) * 5;
+        q[0] = (float)(cx - hx); q[1] = (float)(2.0 * hx);
+        q[2] = (float)(cy - hy); q[3] = (float)(2.0 * hy);
+        q[4] = (float)(2.0 * std::min(hx, hy) * (double)size / (double)GLYPH_GRID);
+        colours(f + 5, !light_bg, gcp + (j * B + b) * 3);
+        const float* src = bk + glyphs[j] * GLYPH_GRID * GLYPH_GRID;
+        float* dst = bmp + (j * B + b) * P * P;
+        for (int r = 0; r < GLYPH_GRID; ++r)
+          for (int k = 0; k < GLYPH_GRID; ++k) dst[(r + 1) * P + k + 1] = src[r * GLYPH_GRID + k];
+      }}
+    }}
+  }});
+  return {{grid, segs, counts, scol, bitmaps, box, gcol}};
+}}
+#pragma GCC pop_options
+"""
+
 _lock = threading.Lock()
 _state: dict[str, object] = {}
-_VERSION = 6  # bump when _SOURCE changes: the build cache is keyed by the module name
 
 # Instruction sets per torch CPU capability (torch.backends.cpu.get_cpu_capability()): a
 # cached build is named after its capability, so a shared home directory never hands a
@@ -191,13 +319,48 @@ _ISA_FLAGS = {
 
 
 def kernel():
-    """The compiled ``render_glyph_scenes`` function, or ``None`` where it cannot be built."""
+    """The compiled module (``glyph_scene_params``, ``render_glyph_scenes``), or ``None``
+    where it cannot be built."""
     if os.environ.get("VITSCALE_FUSED_RENDER", "1") == "0":
         return None
     with _lock:
-        if "fn" not in _state:
-            _state["fn"] = _build()
-        return _state["fn"]
+        if "module" not in _state:
+            _state["module"] = _build()
+        return _state["module"]
+
+
+def _constants() -> str:
+    """The synthetic family's layout and ranges as C++ constants (read from synthetic.py)."""
+    from . import synthetic as sy
+
+    ints = {
+        "NUM_FIELDS": sy.NUM_FIELDS,
+        "POLARITY": sy.POLARITY.start,
+        "BG_COLOURS": sy.BG_COLOURS.start,
+        "GRADIENT": sy.GRADIENT.start,
+        "NOISE": sy.NOISE.start,
+        "STROKES_AT": sy.STROKES.start,
+        "STROKE_COLOURS": sy.STROKE_COLOURS.start,
+        "OBJECT": sy.OBJECT.start,
+        "NOISE_GRID": sy._NOISE_GRID,
+        "STROKES": sy._STROKES,
+        "GLYPH_GRID": sy.GLYPH_GRID,
+    }
+    doubles = {
+        "NOISE_AMPLITUDE": sy._NOISE_AMPLITUDE,
+        "STROKE_P": sy._STROKE_P,
+        "STROKE_FRONT_P": sy._STROKE_FRONT_P,
+        "HALF_WIDTH_LO": sy._STROKE_HALF_WIDTH[0],
+        "HALF_WIDTH_HI": sy._STROKE_HALF_WIDTH[1],
+        "DARK_LO": sy._DARK[0],
+        "DARK_HI": sy._DARK[1],
+        "LIGHT_LO": sy._LIGHT[0],
+        "LIGHT_HI": sy._LIGHT[1],
+        "ASPECT": sy._ASPECT,
+    }
+    lines = [f"static constexpr int64_t {k} = {v};" for k, v in ints.items()]
+    lines += [f"static constexpr double {k} = {float(v)!r};" for k, v in doubles.items()]
+    return "\n".join(lines)
 
 
 def _build():
@@ -205,7 +368,9 @@ def _build():
 
     capability = torch.backends.cpu.get_cpu_capability()
     isa = _ISA_FLAGS.get(capability, [])
-    name = f"vitscale_fused_render_v{_VERSION}_{capability.lower()}"
+    sources = [_SOURCE, _PARAMS_SOURCE.format(constants=_constants())]
+    digest = hashlib.sha256("\n".join([*sources, *isa]).encode()).hexdigest()[:12]
+    name = f"vitscale_fused_render_{capability.lower()}_{digest}"  # a new build per change
     cpp_log = logging.getLogger("torch.utils.cpp_extension")
     level = cpp_log.level
     try:
@@ -223,8 +388,8 @@ def _build():
             )
         module = load_inline(
             name=name,
-            cpp_sources=_SOURCE,
-            functions=["render_glyph_scenes"],
+            cpp_sources=sources,
+            functions=["glyph_scene_params", "render_glyph_scenes"],
             extra_cflags=["-O3", *isa, "-fopenmp", "-ffp-contract=off", "-fno-trapping-math"],
             extra_ldflags=["-fopenmp"],
             verbose=False,
@@ -241,7 +406,7 @@ def _build():
         return None
     finally:
         cpp_log.setLevel(level)
-    return module.render_glyph_scenes
+    return module
 
 
 def _built(name: str) -> bool:

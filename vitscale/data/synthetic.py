@@ -369,6 +369,32 @@ def render(
     i0, w = _lerp_weights(image_size, _NOISE_GRID)
     pix = _pixels(image_size)
     pix_px = pix * image_size
+    module = _fused.kernel() if fused and task.kind != "texture" else None
+    if module is not None:  # glyph and pair scenes, parameters and pixels in C++
+        classes = np.asarray(task.pairs if task.kind == "pair" else task.glyphs, dtype=np.int64)
+        bank = glyph_bank(max(task.glyphs) + 1).astype(np.float32)
+        scale = _PAIR_SCALE if task.kind == "pair" else _GLYPH_SCALE
+        for start in range(0, len(indices), chunk):
+            params = module.glyph_scene_params(
+                key - (1 << 64) if key >= 1 << 63 else key,  # the uint64 key's bits, signed
+                torch.from_numpy(indices[start : start + chunk]),
+                image_size,
+                task.kind == "pair",
+                torch.from_numpy(classes),
+                torch.from_numpy(bank),
+                *scale,
+            )
+            module.render_glyph_scenes(
+                images[start : start + chunk],
+                params[0],
+                i0,
+                w,
+                pix,
+                pix_px,
+                *params[1:],
+                GLYPH_GRID,
+            )
+        return Batch(images, torch.from_numpy(indices % task.num_classes))
     for start in range(0, len(indices), chunk):
         idx = indices[start : start + chunk]
         u = uniform(key, idx, NUM_FIELDS)
@@ -376,20 +402,6 @@ def render(
         light_bg = u[:, POLARITY][:, 0] < 0.5
         grid = _background_grid(u, light_bg)
         behind, front = (_stroke_layer(u, light_bg, image_size, f) for f in (False, True))
-        if task.kind != "texture" and fused and (kernel := _fused.kernel()) is not None:
-            glyphs = _glyph_layers(task, u, labels, light_bg, image_size)
-            kernel(
-                images[start : start + chunk],
-                grid,
-                i0,
-                w,
-                pix,
-                pix_px,
-                *(torch.stack(parts) for parts in zip(behind, front, strict=True)),
-                *(torch.stack(parts) for parts in zip(*glyphs, strict=True)),
-                GLYPH_GRID,
-            )
-            continue
         canvas = _upsample(grid, image_size)
         _strokes(canvas, *behind)
         if task.kind == "texture":
