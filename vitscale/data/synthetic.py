@@ -136,11 +136,10 @@ def _background_grid(u: np.ndarray, light_bg: np.ndarray) -> Tensor:
     blotches of clutter at a few scales of the objects. Small arrays: float32 numpy (the
     same IEEE operations as torch's, without its per-call overhead)."""
     f32 = np.float32
-    colours = [
-        np.where(light_bg[:, None], _range(c, _LIGHT), _range(c, _DARK)).astype(f32)
+    c0, c1 = (
+        rearrange(_colours(c, light_bg).numpy(), "b c -> b c 1 1")
         for c in (u[:, BG_COLOURS][:, :3], u[:, BG_COLOURS][:, 3:])
-    ]
-    c0, c1 = (rearrange(c, "b c -> b c 1 1") for c in colours)
+    )
     d = (u[:, GRADIENT] * 2.0 - 1.0).astype(f32)
     noise = ((u[:, NOISE] - 0.5) * _NOISE_AMPLITUDE).astype(f32)
     grid = rearrange(noise, "b (c gy gx) -> b c gy gx", c=3, gy=_NOISE_GRID)
