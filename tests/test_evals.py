@@ -132,8 +132,9 @@ def test_fewshot_features_use_the_evaluation_view_of_real_datasets(tmp_path):
     model = create_model("ViT-Pico/4", num_classes=256, image_size=32).eval()
     from vitscale.evals.features import run_model
 
-    first, _ = run_model(model.pre_logits, fs.train, fs.pool, batch_size=8, accelerator=accelerator)
-    again, _ = run_model(model.pre_logits, fs.train, fs.pool, batch_size=8, accelerator=accelerator)
+    train, pool = fs.pool_images.dataset, fs.pool_images.indices
+    first, _ = run_model(model.pre_logits, train, pool, batch_size=8, accelerator=accelerator)
+    again, _ = run_model(model.pre_logits, train, pool, batch_size=8, accelerator=accelerator)
     assert torch.equal(first, again)
 
 

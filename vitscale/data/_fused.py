@@ -106,8 +106,7 @@ static void strokes(torch::Tensor& out, const torch::Tensor& segs, const torch::
 void render_glyph_scenes(torch::Tensor out, torch::Tensor grid, torch::Tensor lerp_i,
                          torch::Tensor lerp_w, torch::Tensor pix, torch::Tensor pix_px,
                          torch::Tensor segs, torch::Tensor counts, torch::Tensor stroke_colour,
-                         torch::Tensor bitmaps, torch::Tensor box, torch::Tensor glyph_colour,
-                         int64_t glyph_grid) {
+                         torch::Tensor bitmaps, torch::Tensor box, torch::Tensor glyph_colour) {
   TORCH_CHECK(out.is_contiguous() && out.size(0) == grid.size(0), "out must be (B,3,S,S) contiguous");
   const int64_t B = grid.size(0), G = grid.size(2), S = pix.size(0);
   const int64_t J = bitmaps.size(0), P = bitmaps.size(2), N = S * S;
@@ -120,7 +119,7 @@ void render_glyph_scenes(torch::Tensor out, torch::Tensor grid, torch::Tensor le
   const float* bx = box.data_ptr<float>();
   const float* gcol = glyph_colour.data_ptr<float>();
   float* o = out.data_ptr<float>();
-  const float grid_f = (float)glyph_grid, top = (float)(P - 1);
+  const float grid_f = (float)GLYPH_GRID, top = (float)(P - 1);
 
   // 1. background: separable bilinear upsampling of the G x G grid (x, then y).
   at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
@@ -184,7 +183,7 @@ void render_glyph_scenes(torch::Tensor out, torch::Tensor grid, torch::Tensor le
 
 # The per-example parameters (vitscale.data.synthetic: uniform, _background_grid,
 # _stroke_layer, _glyph_layers), computed from (key, index) in the same float64 and float32
-# operations; the constants are filled in from synthetic.py (one place for each).
+# operations; the constants come from synthetic.py (_constants, one place for each).
 _PARAMS_SOURCE = r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -192,19 +191,18 @@ _PARAMS_SOURCE = r"""
 #include <cstdint>
 #include <tuple>
 
-{constants}
 
-static inline uint64_t mix64(uint64_t x) {{
+static inline uint64_t mix64(uint64_t x) {
   x ^= x >> 30; x *= 0xBF58476D1CE4E5B9ULL;
   x ^= x >> 27; x *= 0x94D049BB133111EBULL;
   return x ^ (x >> 31);
-}}
+}
 static constexpr uint64_t GOLDEN = 0x9E3779B97F4A7C15ULL;
-static inline double lerp_range(double u, double lo, double hi) {{ return lo + u * (hi - lo); }}
-static inline void colours(const double* u, bool light, float* out) {{
+static inline double lerp_range(double u, double lo, double hi) { return lo + u * (hi - lo); }
+static inline void colours(const double* u, bool light, float* out) {
   for (int c = 0; c < 3; ++c)
     out[c] = (float)(light ? lerp_range(u[c], LIGHT_LO, LIGHT_HI) : lerp_range(u[c], DARK_LO, DARK_HI));
-}}
+}
 
 // GCC 12's SLP vectoriser turns a * b + c * d into vfmaddsub despite -ffp-contract=off;
 // this function is not the hot loop, so it is compiled without the vectoriser.
@@ -212,26 +210,26 @@ static inline void colours(const double* u, bool light, float* out) {{
 #pragma GCC optimize("no-tree-vectorize", "no-tree-slp-vectorize")
 std::vector<torch::Tensor> glyph_scene_params(int64_t key_bits, torch::Tensor indices, int64_t size,
                                               bool pair, torch::Tensor classes, torch::Tensor bank,
-                                              double scale_lo, double scale_hi) {{
+                                              double scale_lo, double scale_hi) {
   const int64_t B = indices.size(0), C = classes.size(0), J = pair ? 2 : 1, P = GLYPH_GRID + 2;
   const uint64_t key = (uint64_t)key_bits;
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
-  auto grid = torch::empty({{B, 3, NOISE_GRID, NOISE_GRID}}, f32);
-  auto segs = torch::zeros({{2, B, STROKES, 5}}, f32);
-  auto counts = torch::zeros({{2, B}}, torch::TensorOptions().dtype(torch::kInt32));
-  auto scol = torch::empty({{2, B, 3}}, f32);
-  auto bitmaps = torch::zeros({{J, B, P, P}}, f32);
-  auto box = torch::empty({{J, B, 5}}, f32);
-  auto gcol = torch::empty({{J, B, 3}}, f32);
+  auto grid = torch::empty({B, 3, NOISE_GRID, NOISE_GRID}, f32);
+  auto segs = torch::zeros({2, B, STROKES, 5}, f32);
+  auto counts = torch::zeros({2, B}, torch::TensorOptions().dtype(torch::kInt32));
+  auto scol = torch::empty({2, B, 3}, f32);
+  auto bitmaps = torch::zeros({J, B, P, P}, f32);
+  auto box = torch::empty({J, B, 5}, f32);
+  auto gcol = torch::empty({J, B, 3}, f32);
   const int64_t* idx = indices.data_ptr<int64_t>();
   const int64_t* cls = classes.data_ptr<int64_t>();
   const float* bk = bank.data_ptr<float>();
   float *gp = grid.data_ptr<float>(), *sp = segs.data_ptr<float>(), *scp = scol.data_ptr<float>();
   float *bmp = bitmaps.data_ptr<float>(), *bxp = box.data_ptr<float>(), *gcp = gcol.data_ptr<float>();
   int32_t* cp = counts.data_ptr<int32_t>();
-  at::parallel_for(0, B, 16, [&](int64_t begin, int64_t end) {{
+  at::parallel_for(0, B, 16, [&](int64_t begin, int64_t end) {
     double u[NUM_FIELDS];
-    for (int64_t b = begin; b < end; ++b) {{
+    for (int64_t b = begin; b < end; ++b) {
       const uint64_t base = mix64(((uint64_t)idx[b] * GOLDEN) ^ key);
       for (int64_t f = 0; f < NUM_FIELDS; ++f)
         u[f] = (double)(mix64(base + (uint64_t)(f + 1) * GOLDEN) >> 11) * (1.0 / 9007199254740992.0);
@@ -243,42 +241,42 @@ std::vector<torch::Tensor> glyph_scene_params(int64_t key_bits, torch::Tensor in
       const float d0 = (float)(u[GRADIENT] * 2.0 - 1.0), d1 = (float)(u[GRADIENT + 1] * 2.0 - 1.0);
       for (int c = 0; c < 3; ++c)
         for (int gy = 0; gy < NOISE_GRID; ++gy)
-          for (int gx = 0; gx < NOISE_GRID; ++gx) {{
+          for (int gx = 0; gx < NOISE_GRID; ++gx) {
             const float noise = (float)((u[NOISE + (c * NOISE_GRID + gy) * NOISE_GRID + gx] - 0.5) * NOISE_AMPLITUDE);
             const float g_x = ((float)gx + 0.5f) / (float)NOISE_GRID - 0.5f;
             const float g_y = ((float)gy + 0.5f) / (float)NOISE_GRID - 0.5f;
             float ramp = (g_x * d0 + g_y * d1) + 0.5f;
             ramp = std::min(std::max(ramp, 0.0f), 1.0f);
             gp[((b * 3 + c) * NOISE_GRID + gy) * NOISE_GRID + gx] = noise + c0[c] + ramp * (c1[c] - c0[c]);
-          }}
+          }
       // stroke layers: 0 behind, 1 over the object
-      for (int layer = 0; layer < 2; ++layer) {{
+      for (int layer = 0; layer < 2; ++layer) {
         int32_t n = 0;
-        for (int k = 0; k < STROKES; ++k) {{
+        for (int k = 0; k < STROKES; ++k) {
           const double* s = u + STROKES_AT + 7 * k;
           if (!(s[0] < STROKE_P && ((s[1] < STROKE_FRONT_P) == (layer == 1)))) continue;
           float* out = sp + ((layer * B + b) * STROKES + n) * 5;
           for (int e = 0; e < 4; ++e) out[e] = (float)(s[2 + e] * (double)size);
           out[4] = (float)(lerp_range(s[6], HALF_WIDTH_LO, HALF_WIDTH_HI) * (double)size + 0.5);
           ++n;
-        }}
+        }
         cp[layer * B + b] = n;
         const double* c = u + STROKE_COLOURS + 4 * layer;
         colours(c + 1, c[0] < 0.5 ? light_bg : !light_bg, scp + (layer * B + b) * 3);
-      }}
+      }
       // the glyph object(s)
       const double* o = u + OBJECT;
       const int64_t label = idx[b] % C;
       int64_t glyphs[2];
-      if (pair) {{
+      if (pair) {
         const bool swap = o[17] < 0.5;
         glyphs[0] = cls[label * 2 + (swap ? 1 : 0)];
         glyphs[1] = cls[label * 2 + (swap ? 0 : 1)];
-      }} else {{
+      } else {
         glyphs[0] = cls[label];
-      }}
+      }
       const bool side_by_side = o[16] < 0.5;
-      for (int64_t j = 0; j < J; ++j) {{
+      for (int64_t j = 0; j < J; ++j) {
         const double lo = pair ? 0.5 * (double)j : 0.0, hi = pair ? 0.5 * (double)(j + 1) : 1.0;
         const double* f = o + 8 * j;
         const double scale = lerp_range(f[0], scale_lo, scale_hi);
@@ -297,11 +295,11 @@ std::vector<torch::Tensor> glyph_scene_params(int64_t key_bits, torch::Tensor in
         float* dst = bmp + (j * B + b) * P * P;
         for (int r = 0; r < GLYPH_GRID; ++r)
           for (int k = 0; k < GLYPH_GRID; ++k) dst[(r + 1) * P + k + 1] = src[r * GLYPH_GRID + k];
-      }}
-    }}
-  }});
-  return {{grid, segs, counts, scol, bitmaps, box, gcol}};
-}}
+      }
+    }
+  });
+  return {grid, segs, counts, scol, bitmaps, box, gcol};
+}
 #pragma GCC pop_options
 """
 
@@ -358,9 +356,10 @@ def _constants() -> str:
         "LIGHT_HI": sy._LIGHT[1],
         "ASPECT": sy._ASPECT,
     }
-    lines = [f"static constexpr int64_t {k} = {v};" for k, v in ints.items()]
+    lines = ["#include <cstdint>"]
+    lines += [f"static constexpr int64_t {k} = {v};" for k, v in ints.items()]
     lines += [f"static constexpr double {k} = {float(v)!r};" for k, v in doubles.items()]
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n"
 
 
 def _build():
@@ -368,7 +367,7 @@ def _build():
 
     capability = torch.backends.cpu.get_cpu_capability()
     isa = _ISA_FLAGS.get(capability, [])
-    sources = [_SOURCE, _PARAMS_SOURCE.format(constants=_constants())]
+    sources = [_constants(), _SOURCE, _PARAMS_SOURCE]  # one file, in this order
     digest = hashlib.sha256("\n".join([*sources, *isa]).encode()).hexdigest()[:12]
     name = f"vitscale_fused_render_{capability.lower()}_{digest}"  # a new build per change
     cpp_log = logging.getLogger("torch.utils.cpp_extension")

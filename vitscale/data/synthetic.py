@@ -391,7 +391,6 @@ def render(
                 pix,
                 pix_px,
                 *params[1:],
-                GLYPH_GRID,
             )
         return Batch(images, torch.from_numpy(indices % task.num_classes))
     for start in range(0, len(indices), chunk):

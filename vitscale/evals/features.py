@@ -65,8 +65,8 @@ class EvalImages:
         world, rank = accelerator.num_processes, accelerator.process_index
         per_rank = -(-len(indices) // world)
         padded = indices + indices[-1:] * (per_rank * world - len(indices))
-        self.dataset, self.shard, self.batch_size = dataset, padded[rank::world], batch_size
-        self.num_examples = len(indices)
+        self.dataset, self.indices, self.batch_size = dataset, indices, batch_size
+        self.shard = padded[rank::world]
         self.budget = budget
         self._kept: list[Batch] | None = None
 
@@ -110,7 +110,7 @@ def apply(
         with accelerator.autocast():
             outputs.append(fn(batch.images.to(accelerator.device)).float())
         targets.append(batch.targets.to(accelerator.device))
-    n = images.num_examples
+    n = len(images.indices)
     return _in_order(torch.cat(outputs), accelerator, n), _in_order(
         torch.cat(targets), accelerator, n
     )

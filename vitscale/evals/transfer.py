@@ -23,13 +23,10 @@ from .fewshot import ridge_fewshot_accuracy
 @dataclass
 class _FewShotSet:
     name: str
-    train: torch.utils.data.Dataset
-    test: torch.utils.data.Dataset
     num_classes: int
-    samples: dict[tuple[int, int], list[int]]  # (k, seed) -> train indices
-    pool: list[int]  # union of all samples: features extracted once
-    pool_images: EvalImages
+    pool_images: EvalImages  # the union of all k-shot samples: features extracted once
     test_images: EvalImages
+    rows: dict[tuple[int, int], torch.Tensor]  # (k, seed) -> rows of the pool's features
 
 
 class TransferEvaluator:
@@ -68,16 +65,14 @@ class TransferEvaluator:
             for k in shots:
                 samples[(k, seed)] = largest[: k * train.num_classes].tolist()
         pool = sorted({i for idx in samples.values() for i in idx})
+        row_of = {index: row for row, index in enumerate(pool)}
         n_test = len(test) if test_examples is None else min(test_examples, len(test))
         return _FewShotSet(
             name,
-            train,
-            test,
             train.num_classes,
-            samples,
-            pool,
             pool_images=EvalImages(train, pool, **self._images),
             test_images=EvalImages(test, range(n_test), **self._images),
+            rows={ks: torch.tensor([row_of[i] for i in idx]) for ks, idx in samples.items()},
         )
 
     @torch.no_grad()
@@ -88,10 +83,8 @@ class TransferEvaluator:
         for fs in self.fewshot:
             pool_x, pool_y = apply(model.pre_logits, fs.pool_images, **kw)
             test_x, test_y = apply(model.pre_logits, fs.test_images, **kw)
-            row_of = {index: row for row, index in enumerate(fs.pool)}
             per_k: dict[int, list[float]] = {}
-            for (k, seed), indices in fs.samples.items():
-                rows = torch.tensor([row_of[i] for i in indices])
+            for (k, seed), rows in fs.rows.items():
                 acc = ridge_fewshot_accuracy(
                     pool_x[rows],
                     pool_y[rows],
