@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 from analysis import cli as analysis_cli
 
+from .wandb_views import cli as wandb_cli
+
 Handler = Callable[[argparse.Namespace], int]
 _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Handler]] = {}
 
@@ -313,6 +315,15 @@ command(
 )(analysis_cli.run_summary)
 
 
+# --------------------------------------------------------------------------- wandb
+
+command(
+    "wandb",
+    "W&B views of a grid: the live workspace, a report, uploading offline runs",
+    wandb_cli.configure,
+)(wandb_cli.run)
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -338,4 +349,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m vitscale.cli`: run the importable module's main, so that the UserError
+    # raised by modules importing `vitscale.cli` is the class caught there.
+    from vitscale.cli import main as _main
+
+    sys.exit(_main())

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import runfolder as rf
+from .wandb_views import keys as W
 
 __all__ = ["Tracker", "wandb_mode"]
 
@@ -102,6 +103,8 @@ class Tracker:
             self._wandb.define_metric(rf.EXAMPLES_SEEN)
             self._wandb.define_metric(rf.EXAFLOPS)
             self._wandb.define_metric("*", step_metric=rf.EXAMPLES_SEEN)
+            # The run table of `vitscale wandb dashboard` shows these while the cell runs.
+            self._wandb.summary.update(W.identity(config["model"]["name"]))
         except Exception as e:  # noqa: BLE001 - W&B must never stop training
             self._wandb_failed(e)
 
@@ -124,15 +127,11 @@ class Tracker:
                 self._wandb_failed(e)
 
     def summary(self, result: dict[str, Any]) -> None:
-        """Mirror result.json into the W&B run summary (flattened: best/..., final/...)."""
+        """Mirror result.json into the W&B run summary (flattened: best/..., final/...,
+        finetune/<dataset>/top1; :func:`vitscale.wandb_views.keys.summary_from_result`)."""
         if self._wandb is None:
             return
-        flat = {}
-        for key, value in result.items():
-            if isinstance(value, dict):
-                flat.update({f"{key}/{k}": v for k, v in value.items()})
-            else:
-                flat[key] = value
+        flat = W.summary_from_result(result)
         try:
             self._wandb.summary.update({k: _finite_or_none(v) for k, v in flat.items()})
         except Exception as e:  # noqa: BLE001
