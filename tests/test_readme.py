@@ -70,7 +70,14 @@ def _sandboxed(argv: list[str], tmp: Path) -> list[str]:
             out += ["--runs", str(tmp / "runs"), *REDUCED]
     if command == "train":
         out += ["--set", "train.steps=3"]
+    if command == "wandb" and out[1] in ("dashboard", "report") and "--dry-run" not in out:
+        out.append("--dry-run")  # no W&B server here: what would be sent is built and printed
     return out
+
+
+def _needs_server(argv: list[str]) -> bool:
+    """Lines that read W&B online (no --dry-run exists): here they must fail cleanly."""
+    return argv[0] == "figures" and "--wandb" in argv
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +99,14 @@ def sandbox(tmp_path_factory):
 def test_every_command_runs(line, sandbox, capsys):
     """The demo's own lines find their cells done (the fixture ran them); the rest run."""
     argv = _sandboxed(shlex.split(line)[1:], sandbox)
+    if _needs_server(argv):  # no key, no server: one line, exit code 2 (tests/test_wandb_views.py)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.delenv("WANDB_API_KEY", raising=False)
+            mp.setenv("NETRC", str(sandbox / "no-netrc"))
+            mp.setenv("WANDB_CONFIG_DIR", str(sandbox / "no-wandb-config"))
+            assert main(argv) == 2
+        assert "no W&B API key" in capsys.readouterr().err
+        return
     assert main(argv) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     if argv[0] == "figures":

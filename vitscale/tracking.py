@@ -90,7 +90,7 @@ class Tracker:
                 project=wcfg["project"],
                 entity=wcfg["entity"],
                 id=cell_id,
-                name=cell_id,
+                name=W.run_name(config, cell_id),
                 resume="allow",
                 group=config.get("grid") or "adhoc",
                 job_type=f"pretrain-{config['data']['dataset']}",

@@ -171,7 +171,7 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from . import remote
-    from .report import build_assets, build_report, report_spec
+    from .report import build_assets, build_report, check_inputs, report_spec
     from .study import StudyError, from_runs
 
     _check_target(args)
@@ -183,8 +183,18 @@ def _report(args: argparse.Namespace) -> int:
             if not Path(args.runs).is_dir():
                 raise StudyError(f"no such run folder or grid folder: {args.runs}")
             study = from_runs([args.runs])
-            measured = sorted({k for _, k in study.fewshot})
-            shots = args.shots or (measured[-1] if measured and 5 not in measured else 5)
+            check_inputs(study, grid_file=args.grid_file)
+        except StudyError as e:
+            raise _user_error(str(e)) from None
+        api = None
+        if not args.dry_run:  # W&B is checked before anything is drawn or written
+            try:
+                api = remote.open_project(args.entity, args.project, group=study.group)
+            except remote.WandbError as e:
+                raise _user_error(str(e)) from None
+        measured = sorted({k for _, k in study.fewshot})
+        shots = args.shots or (measured[-1] if measured and 5 not in measured else 5)
+        try:
             assets = build_assets(study, out=out, shots=shots, grid_file=args.grid_file)
         except StudyError as e:
             raise _user_error(str(e)) from None
@@ -199,7 +209,6 @@ def _report(args: argparse.Namespace) -> int:
             print(json.dumps({"report": spec, "assets": assets.manifest()}, indent=2))
             return 0
         try:
-            api = remote.open_project(args.entity, args.project, group=study.group)
             url, updated = remote.publish_report(report, assets, api, directory=Path(tmp))
         except remote.WandbError as e:
             raise _user_error(str(e)) from None

@@ -36,6 +36,7 @@ __all__ = [
     "best",
     "summary_from_result",
     "identity",
+    "run_name",
     "SpecKeys",
     "spec_keys",
 ]
@@ -76,6 +77,18 @@ def identity(model: str) -> dict[str, Any]:
 
     family, size, patch = model_columns(model)
     return {k: v for k, v in zip(IDENTITY, (family, size, patch), strict=True) if v is not None}
+
+
+def run_name(config: Mapping[str, Any], cell_id: str) -> str:
+    """A cell's W&B display name, what chart legends show: model, subset, seed when it is
+    not 0, and the cell id (the run id) so it stays unique: ``ViT-B/16 30M 1a2b3c4d5e``."""
+    parts = [str(config["model"]["name"])]
+    subset = (config.get("data") or {}).get("subset")
+    if subset is not None:
+        parts.append(str(subset))
+    if config.get("seed"):
+        parts.append(f"seed {config['seed']}")
+    return " ".join([*parts, cell_id])
 
 
 # --------------------------------------------------------------------------- reading specs

@@ -162,6 +162,19 @@ def _grid_text(study: Study, grid_file: Path | None) -> tuple[str | None, str | 
     return str(path), path.read_text()
 
 
+def check_inputs(study: Study, *, grid_file: Path | None = None) -> None:
+    """What :func:`build_assets` would refuse, checked without drawing anything (so a
+    command can check W&B in between and still write nothing on a failure)."""
+    if not study.run_dirs:
+        raise StudyError("a report is made from run folders (runs/<grid>), not a grid file")
+    if not any(c.status == "done" for c in study.cells):
+        counts: dict[str, int] = {}
+        for c in study.cells:
+            counts[str(c.status)] = counts.get(str(c.status), 0) + 1
+        raise StudyError(f"no finished cells to report yet (statuses: {counts})")
+    _grid_text(study, grid_file)
+
+
 def build_assets(
     study: Study, *, out: Path, shots: int = 5, grid_file: Path | None = None
 ) -> ReportAssets:
@@ -171,8 +184,7 @@ def build_assets(
     from vitscale.results import load_runs
     from vitscale.runfolder import STATUS_DONE
 
-    if not study.run_dirs:
-        raise StudyError("a report is made from run folders (runs/<grid>), not a grid file")
+    check_inputs(study, grid_file=grid_file)
     cells, _ = load_runs(study.run_dirs)
     done = cells[cells["status"] == STATUS_DONE]
     if done.empty:
@@ -225,11 +237,11 @@ def build_report(
     # look its id up over the network while building the spec).
     grid_runs = wr.Runset(
         name=f"grid {study.group}",
-        filters=[expr.Metric("Group") == study.group],
+        filters=expr.And(expr.Metric("Group") == study.group),
     )
     assets_run = wr.Runset(
         name="report assets",
-        filters=[expr.Metric("ID") == assets.run_id],
+        filters=expr.And(expr.Metric("ID") == assets.run_id),
     )
     media = _fixed_ids(
         "report:figures",

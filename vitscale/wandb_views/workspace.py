@@ -173,7 +173,7 @@ def build_workspace(study: Study, *, entity: str, project: str, name: str | None
         ],
         settings=ws.WorkspaceSettings(x_axis=rf.EXAMPLES_SEEN, max_runs=max(len(study.cells), 10)),
         runset_settings=ws.RunsetSettings(
-            filters=[ws.Metric("Group") == study.group],
+            filters=ws.And(ws.Metric("Group") == study.group),
             order=[
                 ws.Ordering(ws.Config("model.name")),
                 ws.Ordering(ws.Config("data.num_examples")),
