@@ -494,6 +494,10 @@ def test_no_key_no_network_bad_key_one_line_exit_2_nothing_written(
         assert not out and err.count("\n") == 1 and err.startswith("error: "), (argv, err)
         assert expected in err, (argv, err)
         assert FAKE_KEY not in err
+    # What would be sent needs no key and no network.
+    for argv in _commands(path, runs, tmp_path / "out")[:2] + [["wandb", "sync", str(runs)]]:
+        assert main([*argv, "--dry-run"]) == 0, argv
+        assert FAKE_KEY not in "".join(capsys.readouterr())
     # Nothing half-created: no view or figure files, the offline runs not marked synced,
     # the run folders untouched, and the key in no file.
     assert not (tmp_path / "out").exists() and not (tmp_path / "wandb").exists()
@@ -549,5 +553,14 @@ def test_bad_input_one_line_exit_2(grid, tmp_path, capsys):
 def test_redact_hides_keys():
     assert remote.redact(f"bad key {FAKE_KEY} here") == "bad key *** here"
     assert remote.redact("a" * 40) == "***"
-    assert remote.view_name("e", "p", "demo") == remote.view_name("e", "p", "demo")
-    assert remote.view_name("e", "p", "demo") != remote.view_name("e", "p", "demo2")
+
+
+def test_one_saved_view_per_grid_whose_name_survives_the_url():
+    from wandb_workspaces.workspaces import internal
+
+    name = remote.view_name("e", "p", "demo")
+    assert name == remote.view_name("e", "p", "demo") != remote.view_name("e", "p", "demo2")
+    assert name != remote.view_name("e", "p2", "demo")
+    # W&B links a view as ?nw=<id>; the library maps the name to it and back.
+    query = internal._internal_name_to_url_query_str(name)
+    assert internal._url_query_str_to_internal_name(query) == name
