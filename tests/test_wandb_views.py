@@ -564,3 +564,24 @@ def test_one_saved_view_per_grid_whose_name_survives_the_url():
     # W&B links a view as ?nw=<id>; the library maps the name to it and back.
     query = internal._internal_name_to_url_query_str(name)
     assert internal._url_query_str_to_internal_name(query) == name
+
+
+def test_a_netrc_key_for_the_configured_server_counts(tmp_path, monkeypatch):
+    """`wandb login` stores the key per server (host:port) in the netrc; `wandb.mode: auto`
+    and the commands find it there, as wandb does, for whatever server is configured."""
+    from vitscale.tracking import wandb_mode
+
+    _no_credentials(monkeypatch, tmp_path)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    url = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("WANDB_BASE_URL", url)
+    assert not remote.has_api_key() and wandb_mode("auto") == "offline"
+    netrc = tmp_path / ".netrc"
+    netrc.write_text(
+        f"machine {url.removeprefix('http://')}\n  login user\n  password {FAKE_KEY}\n"
+    )
+    netrc.chmod(0o600)
+    assert remote.has_api_key() and wandb_mode("auto") == "online"
+    with pytest.raises(remote.WandbError, match="cannot reach") as error:
+        remote.open_api()
+    assert FAKE_KEY not in str(error.value)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import netrc
 import os
 import warnings
 from pathlib import Path
@@ -27,11 +26,12 @@ __all__ = ["Tracker", "wandb_mode"]
 
 
 def _has_api_key() -> bool:
-    if os.environ.get("WANDB_API_KEY"):
-        return True
+    """A key for the configured server (env, netrc or wandb's settings), as wandb finds it."""
+    from .wandb_views.remote import has_api_key
+
     try:
-        return netrc.netrc().authenticators("api.wandb.ai") is not None
-    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return has_api_key()
+    except Exception:  # noqa: BLE001 - an unreadable key file: run offline
         return False
 
 

@@ -75,7 +75,7 @@ def _netrc_key(host: str) -> str | None:
 
 
 def _secrets() -> list[str]:
-    host = urlparse(base_url()).hostname or ""
+    host = urlparse(base_url()).netloc  # wandb's netrc machine: host[:port]
     found = [os.environ.get("WANDB_API_KEY"), _netrc_key(host), _netrc_key("api.wandb.ai")]
     return [s for s in found if s and len(s) >= 8]
 
@@ -104,7 +104,7 @@ def has_api_key(url: str | None = None) -> bool:
             is not None
         )
     except ImportError:  # an older wandb: its keys live in the netrc
-        return _netrc_key(urlparse(url).hostname or "") is not None
+        return _netrc_key(urlparse(url).netloc) is not None
     except Exception as e:  # noqa: BLE001 - a malformed key file
         raise WandbError(f"cannot read the W&B credentials for {url}: {e}") from None
 
