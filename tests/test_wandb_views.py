@@ -338,6 +338,20 @@ def test_report_from_the_finished_grid(grid, logged, assets, tmp_path, capsys):
     assert manifest["cells"] == {"total": 4, "done": 4}
 
 
+def test_report_of_a_partly_finished_grid(grid, tmp_path, capsys):
+    _, runs = grid
+    copy = tmp_path / GRID
+    shutil.copytree(runs, copy, ignore=shutil.ignore_patterns("checkpoints", "wandb"))
+    running = sorted(copy.iterdir())[0]
+    (running / rf.RESULT).unlink()  # a cell still running: config and metrics, no result
+    argv = ["wandb", "report", str(copy), "-e", "me", "-p", "vitscale", "--dry-run"]
+    assert main([*argv, "--out", str(tmp_path / "figs")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["assets"]["cells"] == {"total": 4, "done": 3}
+    assert len(out["assets"][TABLE_KEY]["rows"]) == 3
+    assert "3 of 4 cells finished; 1 still running" in out["report"]["description"]
+
+
 def test_report_assets_run_holds_what_the_report_shows(assets, tmp_path):
     """The run the report's figure and table panels read, written offline and read back."""
     with pytest.MonkeyPatch.context() as mp:

@@ -162,9 +162,10 @@ def _grid_text(study: Study, grid_file: Path | None) -> tuple[str | None, str | 
     return str(path), path.read_text()
 
 
-def check_inputs(study: Study, *, grid_file: Path | None = None) -> None:
+def check_inputs(study: Study, *, grid_file: Path | None = None) -> tuple[str | None, str | None]:
     """What :func:`build_assets` would refuse, checked without drawing anything (so a
-    command can check W&B in between and still write nothing on a failure)."""
+    command can check W&B in between and still write nothing on a failure); returns the
+    grid file's path and text (None when not attached)."""
     if not study.run_dirs:
         raise StudyError("a report is made from run folders (runs/<grid>), not a grid file")
     if not any(c.status == "done" for c in study.cells):
@@ -172,7 +173,7 @@ def check_inputs(study: Study, *, grid_file: Path | None = None) -> None:
         for c in study.cells:
             counts[str(c.status)] = counts.get(str(c.status), 0) + 1
         raise StudyError(f"no finished cells to report yet (statuses: {counts})")
-    _grid_text(study, grid_file)
+    return _grid_text(study, grid_file)
 
 
 def build_assets(
@@ -184,13 +185,9 @@ def build_assets(
     from vitscale.results import load_runs
     from vitscale.runfolder import STATUS_DONE
 
-    check_inputs(study, grid_file=grid_file)
+    grid_path, grid_text = check_inputs(study, grid_file=grid_file)
     cells, _ = load_runs(study.run_dirs)
     done = cells[cells["status"] == STATUS_DONE]
-    if done.empty:
-        counts = cells["status"].value_counts().to_dict()
-        raise StudyError(f"no finished cells to report yet (statuses: {counts})")
-    grid_path, grid_text = _grid_text(study, grid_file)
 
     parser = argparse.ArgumentParser()
     acli.configure_figures(parser)
@@ -231,7 +228,7 @@ def build_report(
     import wandb_workspaces.reports.v2 as wr
     from wandb_workspaces import expr
 
-    from .workspace import _fixed_ids, fig4_panels, fig5_panels
+    from .workspace import fig4_panels, fig5_panels, stable_ids
 
     # Runsets name no project: they read the report's own (naming one makes the library
     # look its id up over the network while building the spec).
@@ -243,14 +240,14 @@ def build_report(
         name="report assets",
         filters=expr.And(expr.Metric("ID") == assets.run_id),
     )
-    media = _fixed_ids(
+    media = stable_ids(
         "report:figures",
         [
             wr.MediaBrowser(title=p.stem, media_keys=[assets.figure_key(p)], num_columns=1)
             for p in assets.figures
         ],
     )
-    table = _fixed_ids(
+    table = stable_ids(
         "report:table",
         [wr.WeavePanelSummaryTable(table_name=TABLE_KEY, layout=wr.Layout(w=24, h=12))],
     )

@@ -29,7 +29,14 @@ from .. import runfolder as rf
 from . import keys as K
 from .study import Study
 
-__all__ = ["build_workspace", "workspace_spec", "model_colors", "fig4_panels", "fig5_panels"]
+__all__ = [
+    "build_workspace",
+    "workspace_spec",
+    "model_colors",
+    "fig4_panels",
+    "fig5_panels",
+    "stable_ids",
+]
 
 # Shades per family, dark to light (the figures' colour-blind palette hues).
 _SHADES = {
@@ -56,7 +63,9 @@ def _id(*parts: str) -> str:
     return "vs" + hashlib.sha1("\0".join(parts).encode()).hexdigest()[:10]
 
 
-def _fixed_ids(section: str, panels: list) -> list:
+def stable_ids(section: str, panels: list) -> list:
+    """Give panels ids derived from their section and title (the library draws random
+    ones), so the same grid always gives the same spec."""
     for p in panels:
         p._id = _id(section, getattr(p, "title", None) or "", type(p).__name__)
     return panels
@@ -80,7 +89,7 @@ def transfer_metrics(study: Study) -> list[str]:
 def fig4_panels(study: Study) -> list:
     import wandb_workspaces.reports.v2 as wr
 
-    return _fixed_ids(
+    return stable_ids(
         "fig4",
         [
             wr.ScatterPlot(
@@ -97,7 +106,7 @@ def fig4_panels(study: Study) -> list:
 def fig5_panels(study: Study) -> list:
     import wandb_workspaces.reports.v2 as wr
 
-    return _fixed_ids(
+    return stable_ids(
         "fig5",
         [
             wr.ScatterPlot(
@@ -118,7 +127,7 @@ def curve_metrics(study: Study) -> list[str]:
 def curve_panels(study: Study, x: str) -> list:
     import wandb_workspaces.reports.v2 as wr
 
-    return _fixed_ids(
+    return stable_ids(
         f"curves:{x}",
         [
             wr.LinePlot(
