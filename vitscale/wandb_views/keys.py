@@ -134,8 +134,6 @@ def _add(keys: SpecKeys, ref: str, *, column: bool = False) -> None:
         keys.summary.add(name)
     elif section == "run":
         keys.run.add(name)
-    elif section in ("tags", "keys_info"):
-        pass
 
 
 def spec_keys(spec: Mapping[str, Any]) -> SpecKeys:
