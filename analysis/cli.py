@@ -460,24 +460,10 @@ def run_summary(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise _user_error(str(e)) from None
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "metric": s.metric,
-                    "by_model": {
-                        m: {str(int(k)): v for k, v in row.dropna().items()}
-                        for m, row in s.by_model.iterrows()
-                    },
-                    "by_subset": {str(k): row.to_dict() for k, row in s.by_subset.iterrows()},
-                    "compute": {f: row.to_dict() for f, row in s.compute.iterrows()},
-                    "verdict": s.lines(),
-                },
-                indent=2,
-            )
-        )
+        print(json.dumps(s.to_dict(), indent=2))
         return 0
     table = s.by_model.rename(columns=lambda n: f"{int(n):,}")
-    print(f"{M.label(s.metric)}, by model and pre-training images:")
+    print(f"{M.label(s.metric)}, by model and pre-training images ({s.steps:,} steps, mean over seeds):")
     print(table.round(1).to_string(na_rep="-"))
     print()
     print("\n".join(s.lines()))

@@ -53,6 +53,8 @@ class ModelConfig:
     name: str = "ViT-Pico/4"
     pool: str | None = None  # None: the family's default (token for ViT, gap for BiT)
     dropout: float | None = None  # None: recipe (paper Table 3)
+    # The pre-training head's hidden tanh layer (paper Sec. 3.1); None: the paper's (ViT: on).
+    pre_logits: bool | None = None
 
 
 @dataclass
@@ -370,6 +372,8 @@ def _check(cfg: Config, problems: list[str]) -> None:
         check_resolution(spec, cfg.data.image_size)
         if spec.family == "ResNet" and cfg.model.pool == "token":
             problems.append("model.pool: BiT ResNets pool by global average only; valid: 'gap'")
+        if spec.family == "ResNet" and cfg.model.pre_logits:
+            problems.append("model.pre_logits: BiT has no pre-logits layer; valid: null, false")
     except ValueError as e:
         problems.append(f"model.name: {e}")
     t = cfg.train

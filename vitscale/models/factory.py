@@ -19,6 +19,7 @@ def create_model(
     head: str = "pretrain",
     pool: str | None = None,
     dropout: float = 0.0,
+    pre_logits: bool | None = None,
 ) -> nn.Module:
     """Build the model a registry name describes (see :mod:`vitscale.models.names`).
 
@@ -26,6 +27,11 @@ def create_model(
     average pooling); ``None`` picks the family's paper default: token for ViT and
     hybrids, gap for BiT, which has no other. ``dropout`` applies to ViT encoders (paper
     Table 3: 0.1 on ImageNet and ImageNet-21k, 0 on JFT); BiT uses none.
+
+    ``pre_logits`` is the pre-training head's hidden tanh layer (paper Sec. 3.1: "a MLP
+    with one hidden layer at pre-training time"); ``None`` picks the paper's default, on
+    for ViT and hybrids; ``False`` gives a linear pre-training head, as BiT has and as
+    big_vision's ViT defaults to (``rep_size=False``). Fine-tuning heads never have it.
     """
     spec = parse(name)
     check_resolution(spec, image_size)
@@ -34,6 +40,8 @@ def create_model(
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
     if isinstance(spec, ResNetSpec):
+        if pre_logits:
+            raise ValueError(f"{spec.name}: BiT has no pre-logits layer; valid pre_logits: None, False")
         if pool not in (None, "gap"):
             raise ValueError(
                 f"{spec.name}: BiT ResNets pool by global average only; valid pool: 'gap'"
@@ -59,5 +67,6 @@ def create_model(
         head=head,
         pool=pool or "token",
         dropout=dropout,
+        pre_logits=pre_logits is not False,
         **stem_kwargs,
     )

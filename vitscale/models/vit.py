@@ -129,7 +129,8 @@ class VisionTransformer(nn.Module):
     ``pool="token"`` prepends a learnable class token and reads it out (paper); ``"gap"``
     averages the patch tokens and has no class token (paper Appendix D.3: works as well
     with a different learning rate). ``head`` picks the paper's pre-training head (tanh
-    pre-logits, bias -10) or the fine-tuning head (one zero-initialised linear layer).
+    pre-logits, bias -10) or the fine-tuning head (one zero-initialised linear layer);
+    ``pre_logits=False`` drops the pre-training head's tanh layer.
     """
 
     def __init__(
@@ -145,6 +146,7 @@ class VisionTransformer(nn.Module):
         head: str = "pretrain",
         pool: str = "token",
         dropout: float = 0.0,
+        pre_logits: bool = True,
         stem: nn.Module | None = None,
         stem_channels: int = 3,
         stem_downsample: int = 1,
@@ -174,7 +176,9 @@ class VisionTransformer(nn.Module):
             *(Block(dim=width, heads=heads, mlp_dim=mlp_dim, dropout=dropout) for _ in range(depth))
         )
         self.norm = nn.LayerNorm(width, eps=LN_EPS)
-        self.head = Head(width=width, num_classes=num_classes, kind=head)
+        self.head = Head(
+            width=width, num_classes=num_classes, kind=head, pre_logits_layer=pre_logits
+        )
         self.init_weights()
         self._register_load_state_dict_pre_hook(self._resize_pos_embed_on_load)
 

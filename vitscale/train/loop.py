@@ -130,9 +130,15 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
         head="pretrain",
         pool=cfg.model.pool,
         dropout=cfg.model.dropout,
+        pre_logits=cfg.model.pre_logits,
     )
     cost = flops.count(
-        name, d.image_size, num_classes=train_set.num_classes, head="pretrain", pool=cfg.model.pool
+        name,
+        d.image_size,
+        num_classes=train_set.num_classes,
+        head="pretrain",
+        pool=cfg.model.pool,
+        pre_logits=cfg.model.pre_logits,
     )
     o = cfg.optim
     optimizer = build_adamw(model, lr=o.lr, weight_decay=o.weight_decay, betas=o.betas)
