@@ -26,18 +26,32 @@ the standard library's ``tarfile`` (headers and labels only; images are not read
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import tarfile
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
-from torchvision.io import ImageReadMode, decode_image
+
+try:  # deprecated since torchvision 0.29 in favour of TorchCodec; PIL takes over without it
+    from torchvision.io import ImageReadMode as _ImageReadMode
+    from torchvision.io import decode_image as _decode_image
+
+    warnings.filterwarnings(
+        "ignore",
+        message="The image decoding and encoding capabilities of TorchVision are deprecated",
+        category=DeprecationWarning,
+    )
+except ImportError:  # pragma: no cover - a torchvision without image decoding
+    _decode_image = _ImageReadMode = None
 
 from .registry import DatasetFormatError, DatasetNotFoundError
 from .shardindex import IMAGE_EXTS, LABEL_EXTS
@@ -49,6 +63,8 @@ __all__ = [
     "image_of",
     "labels_of",
     "decode",
+    "decode_pil",
+    "decode_torchvision",
     "scan_shard",
     "ShardScan",
 ]
@@ -204,15 +220,35 @@ def labels_of(sample: dict[str, Any], labels: Labels) -> list[int]:
     return list(dict.fromkeys(out))
 
 
-def decode(data: bytes) -> Tensor:
-    """Image bytes -> ``(3, H, W)`` uint8 RGB; ValueError with libjpeg's/libpng's reason."""
+def decode_pil(data: bytes) -> Tensor:
+    """PIL's decoder, the same libjpeg-turbo: bit-identical pixels (tested), a little slower
+    (``benchmarks/loader_throughput.py``); used where torchvision no longer decodes."""
+    from PIL import Image
+
     try:
-        return decode_image(
-            torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB
+        with Image.open(io.BytesIO(data)) as im:
+            pixels = np.array(im.convert("RGB"))
+    except (OSError, SyntaxError, ValueError) as e:  # PIL's UnidentifiedImageError is an OSError
+        raise ValueError(f"cannot decode the image: {e}") from None
+    return torch.from_numpy(pixels).permute(2, 0, 1).contiguous()
+
+
+def decode_torchvision(data: bytes) -> Tensor:
+    """``torchvision.io.decode_image`` (JPEG, PNG, WebP, GIF) to RGB uint8."""
+    if not data:
+        raise ValueError("cannot decode the image: the file is empty")
+    try:
+        return _decode_image(
+            torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=_ImageReadMode.RGB
         )
     except RuntimeError as e:
         reason = re.sub(r"^.*\.cpp:\d+, ", "", str(e).splitlines()[0])
         raise ValueError(f"cannot decode the image: {reason}") from None
+
+
+def decode(data: bytes) -> Tensor:
+    """Image bytes -> ``(3, H, W)`` uint8 RGB; ValueError with the decoder's reason."""
+    return decode_torchvision(data) if _decode_image is not None else decode_pil(data)
 
 
 # --------------------------------------------------------------------------- scanning
@@ -279,5 +315,5 @@ def scan_shard(path: Path, *, max_problems: int = 10) -> ShardScan:
                 scan.labels.append(values)
             scan.nsamples = len(groups)
     except tarfile.TarError as e:
-        problem(f"not a readable tar ({e})")
+        problem(f"not a readable tar ({e}): truncated or damaged")
     return scan

@@ -210,7 +210,8 @@ class ShardSet(Dataset):
             collate_fn=_as_is,
             num_workers=num_workers,
             pin_memory=torch.cuda.is_available(),
-            persistent_workers=num_workers > 0,
+            # One iterator serves the whole run (the stream is endless), so workers need not
+            # persist; not persisting lets a reading error stop them at once.
             # Its own generator: starting an iterator would otherwise draw from the global
             # torch RNG (the workers' base seed) and shift dropout after a resume.
             generator=torch.Generator().manual_seed(seed),
@@ -382,8 +383,11 @@ class ShardLoader(DataLoader):
     reports its skipped examples (on stderr, as the batch is taken)."""
 
     def __iter__(self) -> Iterator[ShardBatch]:
-        for batch in super().__iter__():
+        batches = super().__iter__()
+        while True:
+            batch = next(batches)  # endless
             if batch.error is not None:
+                del batches  # stop the workers now, not when the traceback is freed
                 batch.raise_error()
             for text in batch.skipped:
                 print(f"warning: replaced a bad example: {text}", file=sys.stderr)
