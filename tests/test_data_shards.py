@@ -273,6 +273,16 @@ def test_index_shards_made_elsewhere(tmp_path):
     assert ds.classes == ["dog", "cat", "bird"] and ds.targets_of([0, 1]).tolist() == [0, 1]
 
 
+def test_index_warns_about_class_sorted_shards(tmp_path, capsys):
+    for s in range(4):  # one class per shard: the worst order for a shuffle window
+        write_tar(tmp_path / "sorted" / f"{s}.tar", [sample(i, label=s) for i in range(8)])
+        write_tar(tmp_path / "mixed" / f"{s}.tar", [sample(i) for i in range(8)])
+    index_shards(tmp_path / "sorted", progress=False)
+    assert "look written class by class" in capsys.readouterr().err
+    index_shards(tmp_path / "mixed", progress=False)
+    assert "warning" not in capsys.readouterr().err
+
+
 def _index_error(root: Path, *, main_args=None, capsys=None) -> str:
     assert main(["data", "index", str(root), *(main_args or [])]) == 2
     err = capsys.readouterr().err

@@ -33,6 +33,7 @@ import json
 import multiprocessing
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -344,6 +345,23 @@ def _matches(name: str, pattern: str) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in expand_pattern(pattern))
 
 
+def _warn_if_sorted(scans: list, num_classes: int) -> None:
+    """Shards written class by class shuffle poorly in windows of a few shards
+    (``benchmarks/shuffle_quality.py``): say so while it is cheap to re-shard."""
+    distinct = [len({labels[0] for labels in s.labels if labels}) for s in scans]
+    iid = [num_classes * (1 - (1 - 1 / num_classes) ** s.nsamples) for s in scans]
+    if not distinct or float(np.median(distinct)) >= 0.5 * float(np.median(iid)):
+        return
+    print(
+        f"warning: the train shards hold few classes each (median {np.median(distinct):.0f}, "
+        f"a random order would give {np.median(iid):.0f}): they look written class by class, "
+        "and the stream's windows of data.shuffle_shards shards would then give batches of "
+        "only that many shards' classes; re-shard them with `vitscale data shard` (random "
+        "order), or raise data.shuffle_shards (benchmarks/shuffle_quality.py)",
+        file=sys.stderr,
+    )
+
+
 def index_shards(
     folder: str | Path,
     *,
@@ -425,6 +443,9 @@ def index_shards(
     for name, scan in zip(shards, scans, strict=True):
         splits.setdefault(split_of[name], []).append(Shard(name, scan.nsamples, scan.filesize))
     multilabel = any(len(labels) > 1 for s in scans for labels in s.labels)
+    _warn_if_sorted(
+        [s for n, s in zip(shards, scans, strict=True) if split_of[n] == "train"], len(classes)
+    )
     return write_index(
         folder,
         classes=classes,
