@@ -173,7 +173,7 @@ def test_interrupted_conversion_resumes_to_the_same_bytes(tmp_path, monkeypatch,
 
     tree = write_image_tree(tmp_path / "tree", ["a", "b"], {"train": 20, "test": 4})
     args = ["data", "shard", f"imagefolder:{tree}", "--shard-size", "3"]
-    assert main([*args, str(tmp_path / "whole")]) == 0
+    assert main([*args, str(tmp_path / "whole"), "--workers", "2"]) == 0  # in parallel
     real, written = shardwrite._write_shard, []
 
     def interrupt_at_the_fourth(job):
@@ -192,7 +192,7 @@ def test_interrupted_conversion_resumes_to_the_same_bytes(tmp_path, monkeypatch,
     assert main([*args, str(part)]) == 0
     whole = sorted(p.name for p in (tmp_path / "whole").iterdir())
     assert sorted(p.name for p in part.iterdir()) == whole  # the stale temporary is gone
-    for name in whole:
+    for name in whole:  # resumed, one process == uninterrupted, two: the same bytes
         assert (part / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
     # other settings into the same folder, or a folder with other files: refused
     assert main(["data", "shard", f"imagefolder:{tree}", str(part), "--shard-size", "4"]) == 2

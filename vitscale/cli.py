@@ -316,6 +316,8 @@ def _data(args: argparse.Namespace) -> int:
         return _data_shards(args)
     if args.data_command == "list" and args.name:
         return _data_describe(args)
+    if args.data_command == "list" and (args.subset or args.shards):
+        raise UserError("data list: --subset and --shards describe a sharded set; give its NAME")
     if args.data_command == "list":
         from .data.registry import describe_datasets
 
@@ -400,12 +402,12 @@ def _data_describe(args: argparse.Namespace) -> int:
     from .data.shardindex import load_index, parse_location, select, split_shards
 
     try:
-        folder, pattern = parse_location(args.name)
         if not args.name.startswith("shards:"):
             raise ValueError(
                 f"data list NAME describes a sharded set (shards:/path); {args.name!r} is not "
                 "one (vitscale data list shows every dataset)"
             )
+        folder, pattern = parse_location(args.name)
         index = load_index(args.name, folder)
         train = split_shards(args.name, index, "train", pattern)
         chosen = select(

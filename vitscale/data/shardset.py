@@ -117,7 +117,9 @@ class ShardSet(Dataset):
         self._nsamples = [s.nsamples for s in selection.shards]
         self._starts = np.concatenate([[0], np.cumsum(self.takes)])
         self._labels = Labels.of(index.classes)
-        self._reader = ShardReader(name)
+        # Open shards kept per process: the one or two windows a batch reads from, and
+        # within the file descriptors a process has (two per open shard).
+        self._reader = ShardReader(name, capacity=min(max(64, 2 * window), 400))
         if not index.crop:
             self.transform = v2.Compose(
                 [v2.Resize((image_size, image_size), antialias=True), to_signed_float()]
@@ -301,6 +303,8 @@ class ShardBatch:
         yield self.targets
 
     def pin_memory(self) -> ShardBatch:
+        if self.error is not None:
+            return self
         return ShardBatch(self.images.pin_memory(), self.targets.pin_memory(), self.skipped)
 
     def raise_error(self) -> None:

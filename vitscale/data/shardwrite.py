@@ -222,8 +222,12 @@ def _write_shard(job: tuple[str, int, list[int], str]) -> tuple[str, int, int]:
     return split, j, len(ids)
 
 
-def _init_worker(src: str, names: list[str], kwargs: dict[str, Any]) -> None:
-    _WORKER["splits"] = {s: _open_split(src, s, **kwargs) for s in names}
+def _init_worker() -> None:
+    """A forked writer inherits the opened source (a big tree is listed once, not per
+    worker) and renders or encodes on one thread."""
+    import torch
+
+    torch.set_num_threads(1)
 
 
 def shard_dataset(
@@ -295,14 +299,14 @@ def shard_dataset(
         disable=not progress,
         dynamic_ncols=True,
     )
+    _WORKER["splits"] = splits
     try:
         if workers == 1 or len(jobs) <= 1:
-            _WORKER["splits"] = splits
             for job in jobs:
                 bar.update(_write_shard(job)[2])
         else:
             ctx = multiprocessing.get_context("fork")
-            with ctx.Pool(workers, _init_worker, (src, split_names, kwargs)) as pool:
+            with ctx.Pool(workers, _init_worker) as pool:
                 for _, _, n in pool.imap_unordered(_write_shard, jobs):
                     bar.update(n)
     finally:
