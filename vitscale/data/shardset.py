@@ -323,10 +323,10 @@ class ShardStream(Dataset):
     def __len__(self) -> int:
         return 2**62  # endless
 
-    def _one(self, position: int, skipped: list[str]) -> tuple[Tensor, Tensor]:
+    def _one(self, position: int, example: int, skipped: list[str]) -> tuple[Tensor, Tensor]:
+        """The example at ``position``, or the next good one (counted in ``skipped``)."""
         limit = self.base.skip_bad_samples
         while True:
-            example = int(self.order([position])[0])
             try:
                 return self.base.load(example, seed=derive_key(_AUGMENT, self.seed, position))
             except SampleError as e:
@@ -339,11 +339,15 @@ class ShardStream(Dataset):
                         f"examples in one batch; last: {e}"
                     ) from None
                 position += 1
+                example = int(self.order([position])[0])
 
     def __getitems__(self, positions: list[int]) -> ShardBatch:
         skipped: list[str] = []
         try:
-            pairs = [self._one(int(p), skipped) for p in positions]
+            examples = self.order(positions).tolist()
+            pairs = [
+                self._one(int(p), e, skipped) for p, e in zip(positions, examples, strict=True)
+            ]
         except DatasetNotFoundError as e:
             return ShardBatch(None, None, skipped, ("missing", str(e)))
         except DatasetFormatError as e:
