@@ -124,6 +124,16 @@ def test_shard_an_imagefolder_copies_jpegs_in_a_random_order(tmp_path):
     assert classes_in_order != sorted(classes_in_order)  # not the tree's class-by-class order
     ds = build_dataset(f"shards:{tmp_path / 'sh'}", "test", image_size=16)
     assert len(ds) == 7 and ds.num_classes == 3 and ds[0][0].shape == (3, 16, 16)
+    # stored pre-resized: the shorter side 8 (the tree's JPEGs are 12 x 10)
+    shard_dataset(
+        f"imagefolder:{tree}", tmp_path / "small", shard_size=40, shorter_side=8, progress=False
+    )
+    small = build_dataset(f"shards:{tmp_path / 'small'}", "train", image_size=16)
+    from vitscale.data.shardread import decode
+
+    path, inner = small.where(0)
+    raw = small._reader.sample(path, 30, inner)
+    assert tuple(decode(raw[".jpg"]).shape) == (3, 8, 10)
 
 
 def test_shard_cifar_is_lossless_and_multilabel_keeps_every_label(tmp_path):

@@ -285,6 +285,13 @@ def _configure_data(p: argparse.ArgumentParser) -> None:
     sh.add_argument(
         "--image-size", type=int, default=32, help="synthetic sets: rendered size (default 32)"
     )
+    sh.add_argument(
+        "--shorter-side",
+        type=int,
+        metavar="PX",
+        help="store images larger than this resized to it (JPEG q95): faster loading, less "
+        "detail for the crops; default: files copied byte for byte",
+    )
     sh.add_argument("--workers", type=int, default=1, help="processes writing shards (default 1)")
     sh.add_argument("--root", help="where a torchvision set or ImageNet lives")
     sh.add_argument("--download", action="store_true", help="let torchvision fetch the dataset")
@@ -368,6 +375,7 @@ def _data_shards(args: argparse.Namespace) -> int:
                 shard_size=args.shard_size,
                 max_examples=args.max_examples,
                 image_size=args.image_size,
+                shorter_side=args.shorter_side,
                 root=args.root,
                 download=args.download,
                 workers=args.workers,
