@@ -70,6 +70,8 @@ __all__ = [
 ]
 
 DEFAULT_WINDOW = 16  # shards shuffled together (data.shuffle_shards unset)
+# A worker's batch taking longer than this is an error, not a hang (a stuck file system).
+BATCH_TIMEOUT_S = 600
 _EPOCH, _WINDOW, _AUGMENT = 0x5A4D_0E0C, 0x5A4D_0B1D, 0x5A4D_A0C0
 _SKIP_HINT = (
     "set data.skip_bad_samples: N to replace up to N bad examples by the next ones "
@@ -211,6 +213,7 @@ class ShardSet(Dataset):
             batch_sampler=sampler,
             collate_fn=_as_is,
             num_workers=num_workers,
+            timeout=BATCH_TIMEOUT_S if num_workers else 0,
             pin_memory=torch.cuda.is_available(),
             # One iterator serves the whole run (the stream is endless), so workers need not
             # persist; not persisting lets a reading error stop them at once.
