@@ -407,62 +407,13 @@ def _data_shards(args: argparse.Namespace) -> int:
 
 
 def _data_describe(args: argparse.Namespace) -> int:
-    from .data.shardindex import load_index, parse_location, select, split_shards
+    from .data.shardindex import describe, format_description
 
     try:
-        if not args.name.startswith("shards:"):
-            raise ValueError(
-                f"data list NAME describes a sharded set (shards:/path); {args.name!r} is not "
-                "one (vitscale data list shows every dataset)"
-            )
-        folder, pattern = parse_location(args.name)
-        index = load_index(args.name, folder)
-        train = split_shards(args.name, index, "train", pattern)
-        chosen = select(
-            index, train, split="train", subset=args.subset, seed=args.seed, pattern=pattern
-        )
+        row = describe(args.name, subset=args.subset, seed=args.seed, shards=args.shards)
     except ValueError as e:
         raise UserError(str(e)) from None
-    splits = {
-        s: {
-            "shards": len(v),
-            "examples": sum(x.nsamples for x in v),
-            "bytes": sum(x.filesize for x in v),
-        }
-        for s, v in index.splits.items()
-    }
-    row = {
-        "name": args.name,
-        "index": str(folder / "index.json"),
-        "source": index.source,
-        "num_classes": index.num_classes,
-        "multilabel": index.multilabel,
-        "crop": index.crop,
-        "splits": splits,
-        "selection": chosen.record,
-    }
-    if args.shards:
-        row["selected"] = [
-            {"url": s.url, "take": int(t)} for s, t in zip(chosen.shards, chosen.takes, strict=True)
-        ]
-    if args.json:
-        print(json.dumps(row, indent=2))
-        return 0
-    kind = "multi-label" if index.multilabel else "single-label"
-    print(f"{args.name}\n    {index.num_classes:,} classes ({kind}); from {index.source}")
-    for s, v in splits.items():
-        print(
-            f"    {s}: {v['examples']:,} examples in {v['shards']:,} shards ({v['bytes'] / 1e9:.2f} GB)"
-        )
-    r = chosen.record
-    what = f"subset {args.subset} (seed {args.seed})" if args.subset else "train (whole)"
-    print(
-        f"    {what}: {r['examples']:,} examples from {r['shards']:,} of {r['of_shards']:,} "
-        f"shards, the last ({r['last_shard']['url']}) taking {r['last_shard']['take']:,} of "
-        f"{r['last_shard']['nsamples']:,}; sha256 {r['sha256'][:16]}"
-    )
-    for s in row.get("selected", []):
-        print(f"      {s['url']}\t{s['take']}")
+    print(json.dumps(row, indent=2) if args.json else format_description(row))
     return 0
 
 

@@ -237,10 +237,13 @@ def check_available(
     return problems
 
 
+_CHECKED: set[tuple[str, str]] = set()  # (name, index digest): shards stat-ed once per process
+
+
 def _check_shards(name: str, subset: SubsetSpec) -> list[str]:
     """:func:`check_available` for a sharded set: the index, the pattern, the subset, and
-    every train and test shard there with its indexed size (one ``stat`` each, cached)."""
-    from .shardindex import load_index, parse_location, split_shards
+    every train and test shard there with its indexed size (one ``stat`` each, once)."""
+    from .shardindex import check_shards, load_index, parse_location, split_shards
 
     try:
         folder, pattern = parse_location(name)
@@ -248,22 +251,13 @@ def _check_shards(name: str, subset: SubsetSpec) -> list[str]:
         train = split_shards(name, index, "train", pattern)
         if subset is not None:
             subset_size(sum(s.nsamples for s in train), subset)
-        test = split_shards(name, index, "test", None) if index.test_split() else ()
-        _stat_shards(name, index.sha256, train + test)
+        if (name, index.sha256) not in _CHECKED:
+            test = split_shards(name, index, "test", None) if index.test_split() else ()
+            check_shards(name, index, train + test)
+            _CHECKED.add((name, index.sha256))
     except ValueError as e:
         return [str(e)]
     return []
-
-
-_STATTED: set[tuple[str, str]] = set()
-
-
-def _stat_shards(name: str, sha256: str, shards) -> None:
-    from .shardindex import check_shards, load_index, parse_location
-
-    if (name, sha256) not in _STATTED:
-        check_shards(name, load_index(name, parse_location(name)[0]), shards)
-        _STATTED.add((name, sha256))
 
 
 def all_targets(ds: Dataset) -> np.ndarray:

@@ -67,6 +67,8 @@ __all__ = [
     "select",
     "expand_pattern",
     "write_index",
+    "describe",
+    "format_description",
 ]
 
 INDEX_FILE = "index.json"
@@ -388,3 +390,62 @@ def write_index(
         os.fsync(fh.fileno())
     os.replace(tmp, file)
     return file
+
+
+def describe(
+    name: str, *, subset: SubsetSpec = None, seed: int = 0, shards: bool = False
+) -> dict[str, Any]:
+    """``vitscale data list shards:...``: the index's splits and classes, and the
+    selection ``subset`` makes with ``seed`` (with ``shards``, its (shard, count) list)."""
+    if not name.startswith("shards:"):
+        raise ValueError(
+            f"data list NAME describes a sharded set (shards:/path); {name!r} is not one "
+            "(vitscale data list shows every dataset)"
+        )
+    folder, pattern = parse_location(name)
+    index = load_index(name, folder)
+    train = split_shards(name, index, "train", pattern)
+    chosen = select(index, train, split="train", subset=subset, seed=seed, pattern=pattern)
+    row = {
+        "name": name,
+        "index": str(folder / INDEX_FILE),
+        "source": index.source,
+        "num_classes": index.num_classes,
+        "multilabel": index.multilabel,
+        "crop": index.crop,
+        "splits": {
+            s: {
+                "shards": len(v),
+                "examples": sum(x.nsamples for x in v),
+                "bytes": sum(x.filesize for x in v),
+            }
+            for s, v in index.splits.items()
+        },
+        "subset": subset,
+        "seed": seed,
+        "selection": chosen.record,
+    }
+    if shards:
+        row["selected"] = [
+            {"url": s.url, "take": int(t)} for s, t in zip(chosen.shards, chosen.takes, strict=True)
+        ]
+    return row
+
+
+def format_description(row: dict[str, Any]) -> str:
+    kind = "multi-label" if row["multilabel"] else "single-label"
+    lines = [row["name"], f"    {row['num_classes']:,} classes ({kind}); from {row['source']}"]
+    for s, v in row["splits"].items():
+        lines.append(
+            f"    {s}: {v['examples']:,} examples in {v['shards']:,} shards "
+            f"({v['bytes'] / 1e9:.2f} GB)"
+        )
+    r = row["selection"]
+    what = f"subset {row['subset']} (seed {row['seed']})" if row["subset"] else "train (whole)"
+    lines.append(
+        f"    {what}: {r['examples']:,} examples from {r['shards']:,} of {r['of_shards']:,} "
+        f"shards, the last ({r['last_shard']['url']}) taking {r['last_shard']['take']:,} of "
+        f"{r['last_shard']['nsamples']:,}; sha256 {r['sha256'][:16]}"
+    )
+    lines += [f"      {s['url']}\t{s['take']}" for s in row.get("selected", [])]
+    return "\n".join(lines)
