@@ -110,8 +110,9 @@ class ShardReader:
         self.__init__(state["name"], capacity=state["capacity"])
 
     def shard(self, path: Path, nsamples: int):
-        if os.getpid() != self._pid:
-            self._open, self._pid = OrderedDict(), os.getpid()
+        if os.getpid() != self._pid:  # a forked worker: close the inherited copies
+            self.close()
+            self._pid = os.getpid()
         key = str(path)
         samples = self._open.get(key)
         if samples is not None:
