@@ -60,6 +60,8 @@ def _sandboxed(argv: list[str], tmp: Path) -> list[str]:
             arg = str(tmp / "fixture")
         elif arg.startswith("runs/") or arg.startswith("figures/"):
             arg = str(tmp / arg)
+        elif arg.startswith("shards:runs/"):  # a sharded set the README's lines write
+            arg = f"shards:{tmp / arg.removeprefix('shards:')}"
         out.append(arg)
     command = out[0]
     if command == "grid" and "--executor" in out:
@@ -92,6 +94,9 @@ def sandbox(tmp_path_factory):
     # Run folders of a compute study's shape (analysis.fixtures) for the lines about
     # full-scale grids, which cannot train here.
     fixtures.write_runs(tmp / "fixture", cells=64, steps=(40, 80, 160, 320))
+    # The sharded set the README's data lines read (running the line again resumes it: a no-op).
+    for line in _commands("vitscale data shard "):
+        assert main(_sandboxed(shlex.split(line)[1:], tmp)) == 0
     return tmp
 
 

@@ -66,6 +66,8 @@ class DataConfig:
     subset: int | float | str | None = None  # 30000, 0.1 or "9M"; None: the whole split
     class_balanced: bool = False
     num_workers: int = 0
+    shuffle_shards: int | None = None  # sharded sets: shards shuffled together; None: 16
+    skip_bad_samples: int = 0  # sharded sets: bad examples replaced (and counted) up to this
 
 
 @dataclass
@@ -172,6 +174,7 @@ OPERATIONAL_KEYS = (
     "data.root",
     "data.num_workers",
     "data.download",
+    "data.skip_bad_samples",
     "train.micro_batch_size",
     "train.log_every",
     "train.checkpoint_every",
@@ -182,7 +185,17 @@ OPERATIONAL_KEYS = (
 
 # Keys the trainer adds to config.json once it knows them; a resolved config read back
 # (``vitscale train runs/g/id/config.json``) drops them before validation.
-DERIVED_KEYS = ("cell_id", "data.num_examples", "data.num_classes", "train.total_steps")
+DERIVED_KEYS = (
+    "cell_id",
+    "data.num_examples",
+    "data.num_classes",
+    "data.selection",
+    "train.total_steps",
+)
+
+# Keys added after cells were run: hashed only when set, so that cells which never set
+# them keep their ids (and their finished run folders).
+HASHED_WHEN_SET = ("data.shuffle_shards",)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -414,6 +427,17 @@ def _check(cfg: Config, problems: list[str]) -> None:
         problems.append(f"train.label_smoothing must be in [0, 1), got {t.label_smoothing}")
     if cfg.model.dropout is not None and not 0 <= cfg.model.dropout < 1:
         problems.append(f"model.dropout must be in [0, 1), got {cfg.model.dropout}")
+    if cfg.data.shuffle_shards is not None and cfg.data.shuffle_shards < 1:
+        problems.append(f"data.shuffle_shards must be at least 1, got {cfg.data.shuffle_shards}")
+    if cfg.data.skip_bad_samples < 0:
+        problems.append(
+            f"data.skip_bad_samples must be non-negative, got {cfg.data.skip_bad_samples}"
+        )
+    if cfg.data.class_balanced and str(cfg.data.dataset).startswith("shards:"):
+        problems.append(
+            "data.class_balanced: a sharded subset is whole shards in a seeded order; "
+            "class-balanced subsets need folder or torchvision sources"
+        )
     if cfg.data.image_size < 8:
         problems.append(f"data.image_size must be at least 8, got {cfg.data.image_size}")
     try:
@@ -499,5 +523,12 @@ def cell_id(config: Config | dict, length: int = 10) -> str:
     d = config.to_dict() if isinstance(config, Config) else copy.deepcopy(config)
     for key in (*OPERATIONAL_KEYS, *DERIVED_KEYS):
         _pop_key(d, key)
+    for key in HASHED_WHEN_SET:
+        try:
+            unset = _get(d, key) is None
+        except (KeyError, TypeError):
+            unset = False
+        if unset:
+            _pop_key(d, key)
     blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:length]

@@ -97,6 +97,8 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
         seed=cfg.seed,
         download=d.download,
         class_balanced=d.class_balanced,
+        shuffle_shards=d.shuffle_shards,
+        skip_bad_samples=d.skip_bad_samples,
     )
     num_examples = len(train_set)
     total_steps = to_steps(
@@ -115,6 +117,8 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
     resolved["cell_id"] = cid
     resolved["data"]["num_examples"] = num_examples
     resolved["data"]["num_classes"] = train_set.num_classes
+    if getattr(train_set, "selection", None):  # a sharded subset: exactly which examples
+        resolved["data"]["selection"] = train_set.selection
     resolved["train"]["total_steps"] = total_steps
     if is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -154,13 +158,21 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
 
     # 4. Resume -----------------------------------------------------------------------
     ckpt_dir = run_dir / rf.CHECKPOINTS
-    progress = {"step": 0, "best": {}, "elapsed_s": 0.0, "restarts": 0, "time_s": {}}
+    progress = {
+        "step": 0,
+        "best": {},
+        "elapsed_s": 0.0,
+        "restarts": 0,
+        "time_s": {},
+        "skipped_samples": 0,  # bad examples replaced (data.skip_bad_samples), all processes
+        "skipped": [],  # which ones, as this process (rank 0) saw them
+    }
     if (latest := checkpoint.latest(ckpt_dir)) is not None:
         state, rng = checkpoint.load(latest, rank=rank)
         unwrapped.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
-        progress = state["progress"] | {"restarts": state["progress"]["restarts"] + 1}
+        progress |= state["progress"] | {"restarts": state["progress"]["restarts"] + 1}
         if rng is not None:
             checkpoint.set_rng_state(rng)
         accelerator.print(
@@ -251,6 +263,8 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
             "num_processes": world,
             "restarts": progress["restarts"],
             "time_s": dict(watch.totals),
+            "skipped_samples": progress["skipped_samples"],
+            "skipped": progress["skipped"],
         }
         if is_main:
             rf.write_json_atomic(run_dir / rf.RESULT, result)
@@ -267,7 +281,9 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
         with PreemptionFlag() as preemption:
             while step < total_steps:
                 with watch("data"):
-                    images, targets = next(batches)
+                    batch = next(batches)
+                    skipped = getattr(batch, "skipped", ())  # sharded sets: bad examples replaced
+                    images, targets = batch
                     images, targets = (
                         images.to(device, non_blocking=True),
                         targets.to(device, non_blocking=True),
@@ -296,6 +312,7 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
                         [
                             float(not torch.isfinite(local_loss) or not torch.isfinite(grad_norm)),
                             float(preemption.requested),
+                            float(len(skipped)),
                         ],
                         device=device,
                     )
@@ -304,6 +321,16 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
                         error = f"non-finite loss at step {step + 1}: stopped; last good checkpoint kept"
                         final_metrics = {rf.TRAIN_LOSS: float(local_loss)}
                         raise TrainingFailed(error, step + 1)
+                    if flags[2] > 0:
+                        progress["skipped_samples"] += int(flags[2])
+                        progress["skipped"] = (progress["skipped"] + list(skipped))[:100]
+                        if progress["skipped_samples"] > d.skip_bad_samples:
+                            raise TrainingFailed(
+                                f"{progress['skipped_samples']} bad examples replaced, more than "
+                                f"data.skip_bad_samples={d.skip_bad_samples}; last good checkpoint "
+                                f"kept; latest: {(skipped or ['(on another process)'])[-1]}",
+                                step + 1,
+                            )
                     optimizer.step()
                     schedule.step()
                     optimizer.zero_grad(set_to_none=True)
