@@ -309,16 +309,14 @@ def _best_within(front: pd.DataFrame, compute: float) -> float:
 def compare_frontiers(frontier: pd.DataFrame) -> dict[str, Any]:
     """Which family's frontier is higher at equal compute, over the range both cover.
 
-    The range runs from the larger of the two smallest costs to the smaller of the two
-    largest (no extrapolation beyond either family's runs). At every frontier point in it,
+    The range runs from the larger of the two families' smallest run costs to the smaller
+    of their largest (no extrapolation beyond either family's runs). At every frontier
+    point in it (and its two ends),
     each family's value is the best accuracy reached with at most that compute; constant
     leaders form segments, and a change of leader is a crossing (placed at the point where
     the new leader takes over).
     """
-    fronts = {
-        f: frontier[(frontier.family == f) & frontier.on_frontier].sort_values("exaflops")
-        for f in FAMILIES
-    }
+    fronts = {f: frontier[frontier.family == f].sort_values("exaflops") for f in FAMILIES}
     if any(front.empty for front in fronts.values()):
         return {}
     lo = max(front.exaflops.min() for front in fronts.values())
@@ -326,7 +324,13 @@ def compare_frontiers(frontier: pd.DataFrame) -> dict[str, Any]:
     if lo > hi:
         return {}
     xs = sorted(
-        {float(x) for front in fronts.values() for x in front.exaflops if lo <= x <= hi} | {lo, hi}
+        {
+            float(x)
+            for front in fronts.values()
+            for x in front.loc[front.on_frontier, "exaflops"]
+            if lo <= x <= hi
+        }
+        | {lo, hi}
     )
     segments: list[dict[str, Any]] = []
     crossings: list[float] = []
