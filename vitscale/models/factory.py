@@ -1,6 +1,8 @@
-"""``create_model``: a registry name -> an initialised ``nn.Module``."""
+"""``create_model``: a registry name -> an initialised (or pre-trained) ``nn.Module``."""
 
 from __future__ import annotations
+
+import os
 
 from torch import nn
 
@@ -19,14 +21,35 @@ def create_model(
     head: str = "pretrain",
     pool: str | None = None,
     dropout: float = 0.0,
+    pre_logits: bool = True,
+    pretrained: str | os.PathLike | None = None,
 ) -> nn.Module:
     """Build the model a registry name describes (see :mod:`vitscale.models.names`).
 
     ``pool`` is ``"token"`` (class token, the paper's ViT default) or ``"gap"`` (global
     average pooling); ``None`` picks the family's paper default: token for ViT and
     hybrids, gap for BiT, which has no other. ``dropout`` applies to ViT encoders (paper
-    Table 3: 0.1 on ImageNet and ImageNet-21k, 0 on JFT); BiT uses none.
+    Table 3: 0.1 on ImageNet and ImageNet-21k, 0 on JFT); BiT uses none. ``pre_logits``
+    (ViT pre-training head only) keeps the tanh pre-logits layer.
+
+    ``pretrained``: a checkpoint file (or timm / Hugging Face model folder) in any layout
+    :func:`~vitscale.models.load_pretrained` reads. Every trunk weight must match; the
+    pool and the pre-logits layer follow the checkpoint; its classifier is kept when it
+    has ``num_classes`` outputs over the same features, else a fresh one is initialised
+    as the paper's (timm's convention for a new label set).
     """
+    if pretrained is not None:
+        from .pretrained import build_pretrained
+
+        return build_pretrained(
+            name,
+            pretrained,
+            num_classes=num_classes,
+            image_size=image_size,
+            head=head,
+            pool=pool,
+            dropout=dropout,
+        )
     spec = parse(name)
     check_resolution(spec, image_size)
     if pool is not None and pool not in POOLS:
@@ -59,5 +82,6 @@ def create_model(
         head=head,
         pool=pool or "token",
         dropout=dropout,
+        representation=pre_logits,
         **stem_kwargs,
     )
