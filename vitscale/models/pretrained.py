@@ -21,6 +21,7 @@ import logging
 import math
 import os
 import pickle
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -195,10 +196,17 @@ class Checkpoint:
         return theirs if theirs == ours else f"{theirs!r} (our {ours!r})"
 
 
-def read_checkpoint(name: str, source: str | os.PathLike) -> Checkpoint:
-    """Read ``source`` and convert it to vitscale's names for the model ``name``."""
+Source = str | os.PathLike | Mapping[str, torch.Tensor]
+
+
+def read_checkpoint(name: str, source: Source) -> Checkpoint:
+    """Read ``source`` (a file, a model folder, or a state dict already in memory, e.g.
+    a timm model's) and convert it to vitscale's names for the model ``name``."""
     spec = parse(name)
-    weights = read_weights(source)
+    if isinstance(source, Mapping):
+        weights, source = dict(source), "state dict"
+    else:
+        weights = read_weights(source)
     try:
         converted = to_vitscale(weights, spec.family, what=str(source))
     except LayoutError as e:
@@ -303,7 +311,7 @@ def _build(
 
 def build_pretrained(
     name: str,
-    source: str | os.PathLike | Checkpoint,
+    source: Source | Checkpoint,
     *,
     num_classes: int,
     image_size: int,
@@ -331,7 +339,7 @@ def build_pretrained(
 
 def load_pretrained(
     name: str,
-    source: str | os.PathLike,
+    source: Source,
     *,
     head: str = "keep",
     num_classes: int | None = None,

@@ -127,7 +127,8 @@ def resize_pos_embed(
     if (old, old) == tuple(new_grid):
         return pos_embed
     grid = rearrange(grid, "1 (h w) d -> 1 d h w", h=old)
-    grid = F.interpolate(grid.float(), size=tuple(new_grid), mode="bilinear", align_corners=True)
+    work = torch.promote_types(grid.dtype, torch.float32)  # half precision: interpolate in fp32
+    grid = F.interpolate(grid.to(work), size=tuple(new_grid), mode="bilinear", align_corners=True)
     grid = rearrange(grid.to(pos_embed.dtype), "1 d h w -> 1 (h w) d")
     return torch.cat([prefix, grid], dim=1)
 
