@@ -53,6 +53,12 @@ class ModelConfig:
     name: str = "ViT-Pico/4"
     pool: str | None = None  # None: the family's default (token for ViT, gap for BiT)
     dropout: float | None = None  # None: recipe (paper Table 3)
+    # A published checkpoint (vitscale.models.load_pretrained's formats) to start from; with
+    # train.steps: 0 the cell evaluates it as it is. Its pre-training compute (Fig. 5) comes
+    # from its recipe: dataset and epochs (None: the documented ones, vitscale.published).
+    pretrained: str | None = None
+    pretrained_dataset: str | None = None  # "jft300m" | "imagenet21k" | "imagenet"
+    pretrained_epochs: float | None = None
 
 
 @dataclass
@@ -394,8 +400,32 @@ def _check(cfg: Config, problems: list[str]) -> None:
         "eval_every",
     ):
         value = getattr(t, key)
-        if value is not None and value <= 0:
-            problems.append(f"train.{key} must be positive, got {value}")
+        published = key == "steps" and value == 0 and cfg.model.pretrained
+        if value is not None and value <= 0 and not published:
+            problems.append(
+                f"train.{key} must be positive, got {value}"
+                + (
+                    " (0 only with model.pretrained: a published checkpoint)"
+                    if key == "steps"
+                    else ""
+                )
+            )
+    m = cfg.model
+    if m.pretrained:
+        from .published import published_compute
+
+        if m.pretrained_dataset is None:
+            problems.append(
+                "model.pretrained_dataset: give the checkpoint's pre-training dataset "
+                "('jft300m', 'imagenet21k' or 'imagenet'): its compute places it on Fig. 5"
+            )
+        else:
+            try:
+                published_compute(m.name, m.pretrained_dataset, m.pretrained_epochs)
+            except (ValueError, KeyError) as e:
+                problems.append(f"model.pretrained_dataset / pretrained_epochs: {e}")
+    elif m.pretrained_dataset is not None or m.pretrained_epochs is not None:
+        problems.append("model.pretrained_dataset / pretrained_epochs need model.pretrained")
     if t.examples is not None and not problems and parse_count(t.examples) <= 0:
         problems.append(f"train.examples must be positive, got {t.examples}")
     if t.micro_batch_size and t.batch_size % t.micro_batch_size:

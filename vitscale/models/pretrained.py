@@ -225,7 +225,8 @@ def _check_pool(ckpt: Checkpoint, pool: str | None) -> str | None:
     if ckpt.pool is not None and pool is not None and pool != ckpt.pool:
         has = "has a class token" if ckpt.pool == "token" else "has no class token"
         raise PretrainedError(
-            f"{ckpt.source}: pool={pool!r}, but the checkpoint {has} (pool={ckpt.pool!r})"
+            f"{ckpt.source}: pool={pool!r}, but the checkpoint {has}: give pool={ckpt.pool!r} "
+            f"(model.pool: {ckpt.pool} in a config)"
         )
     return ckpt.pool if ckpt.pool is not None else pool
 
@@ -324,6 +325,8 @@ def build_pretrained(
     same features (the pre-logits layer, if any, is kept by a pre-training head and
     dropped by a fine-tuning head, paper Sec. 3.2), else freshly initialised."""
     ckpt = source if isinstance(source, Checkpoint) else read_checkpoint(name, source)
+    if pool is None and ckpt.pool is not None:
+        pool = "token"  # as create_model without a checkpoint: the family's default, said
     same_features = head == "pretrain" or not ckpt.has_pre_logits
     keep = same_features and ckpt.num_classes == num_classes
     return _build(
