@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
+import torch
 from torch import nn
 
 from .names import HybridSpec, ResNetSpec, ViTSpec, check_resolution, parse
@@ -22,7 +24,7 @@ def create_model(
     pool: str | None = None,
     dropout: float = 0.0,
     pre_logits: bool = True,
-    pretrained: str | os.PathLike | None = None,
+    pretrained: str | os.PathLike | Mapping[str, torch.Tensor] | None = None,
 ) -> nn.Module:
     """Build the model a registry name describes (see :mod:`vitscale.models.names`).
 
@@ -32,10 +34,10 @@ def create_model(
     Table 3: 0.1 on ImageNet and ImageNet-21k, 0 on JFT); BiT uses none. ``pre_logits``
     (ViT pre-training head only) keeps the tanh pre-logits layer.
 
-    ``pretrained``: a checkpoint file (or timm / Hugging Face model folder) in any layout
-    :func:`~vitscale.models.load_pretrained` reads. Every trunk weight must match; the
-    pool and the pre-logits layer follow the checkpoint; its classifier is kept when it
-    has ``num_classes`` outputs over the same features, else a fresh one is initialised
+    ``pretrained``: a checkpoint file (or timm / Hugging Face model folder, or a state
+    dict) in any layout :func:`~vitscale.models.load_pretrained` reads. Every trunk weight
+    must match; the pre-logits layer follows the checkpoint; its classifier is kept when
+    it has ``num_classes`` outputs over the same features, else a fresh one is initialised
     as the paper's (timm's convention for a new label set).
     """
     if pretrained is not None:
