@@ -142,7 +142,7 @@ def test_logits_equal_timm_port(name, arch, kwargs, res, no_onednn):
     if family != "ResNet":
         kwargs = kwargs | {"img_size": res}
     ref = _timm(arch, family, num_classes=10, **kwargs)
-    ours = load_pretrained(name, ref.state_dict()).eval()  # shares ref's tensors
+    ours = load_pretrained(name, ref.state_dict()).eval()
     x = torch.randn(2, 3, res, res, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         expected, got = ref(x), ours(x)
@@ -520,6 +520,11 @@ def test_head_kept_dropped_or_renewed(pico):
     same = create_model("ViT-Pico/8", num_classes=10, image_size=32, pretrained=path)
     torch.testing.assert_close(same.head.classifier.bias, ref.head.bias)
     torch.testing.assert_close(dropped.blocks[0].attn.qkv.weight, ref.blocks[0].attn.qkv.weight)
+    # a state dict in memory is copied, not shared: training ours leaves the source alone
+    mine = load_pretrained("ViT-Pico/8", ref.state_dict())
+    with torch.no_grad():
+        mine.blocks[0].attn.qkv.weight.add_(1.0)
+    assert not torch.equal(mine.blocks[0].attn.qkv.weight, ref.blocks[0].attn.qkv.weight)
 
 
 def test_position_embedding_resized_for_another_resolution(pico):
@@ -538,7 +543,7 @@ def test_position_embedding_resized_for_another_resolution(pico):
             {},
             r"'patch_embed.proj.weight' \(our 'patch_embed.weight'\) has shape \(64, 3, 8, 8\) in the checkpoint, \(64, 3, 4, 4\) in the model",
         ),
-        ("ViT-Nano/8", {}, r"cls_token has shape \(1, 1, 64\) in the checkpoint, \(1, 1, 128\)"),
+        ("ViT-Nano/8", {}, r"'cls_token' has shape \(1, 1, 64\) in the checkpoint, \(1, 1, 128\)"),
         (
             "ViT-Pico/8",
             {"num_classes": 4},

@@ -193,7 +193,7 @@ class Checkpoint:
     def key(self, ours: str) -> str:
         """How the file names one of our keys (for messages)."""
         theirs = self.origin.get(ours, ours)
-        return theirs if theirs == ours else f"{theirs!r} (our {ours!r})"
+        return repr(theirs) if theirs == ours else f"{theirs!r} (our {ours!r})"
 
 
 Source = str | os.PathLike | Mapping[str, torch.Tensor]
@@ -203,8 +203,8 @@ def read_checkpoint(name: str, source: Source) -> Checkpoint:
     """Read ``source`` (a file, a model folder, or a state dict already in memory, e.g.
     a timm model's) and convert it to vitscale's names for the model ``name``."""
     spec = parse(name)
-    if isinstance(source, Mapping):
-        weights, source = dict(source), "state dict"
+    if isinstance(source, Mapping):  # copied: the model must not share the caller's tensors
+        weights, source = {k: v.clone() for k, v in source.items()}, "state dict"
     else:
         weights = read_weights(source)
     try:
