@@ -100,3 +100,28 @@ def test_export_refusals_are_one_line(tmp_path, capsys):
     assert "no complete checkpoint" in capsys.readouterr().err
     assert main(["export", str(tmp_path / "nowhere")]) == 2
     assert "not a run folder" in capsys.readouterr().err
+
+
+def test_a_failed_export_leaves_no_folder(tmp_path, monkeypatch):
+    """A full disk (or Ctrl-C) while writing: neither the target nor the staging folder
+    stays; a staging folder left by a killed export is cleared by the next one."""
+    import errno
+
+    from vitscale import export
+
+    run, _ = _run_folder(tmp_path, "ViT-Pico/4", image_size=32, head="finetune")
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(export, "_write", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        export.export_run(run)
+    assert not (run / "export-safetensors").exists() and not list(run.glob(".export*"))
+    monkeypatch.undo()
+    stale = run / ".export-safetensors.tmp"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"half a file")
+    done = export.export_run(run)
+    assert not stale.exists() and done.weights.is_file()
+    assert load_pretrained("ViT-Pico/4", done.path).head.classifier.out_features == 5

@@ -15,7 +15,7 @@ timm pipeline::
 Both are read back by :func:`vitscale.models.load_pretrained` as well. What timm cannot
 express is said, not hidden: a ViT pre-training head's tanh pre-logits layer has no timm
 counterpart, so such a head is left out (``num_classes: 0``, timm then returns the
-class-token features); timm's ports compute ViTs exactly (``act_layer="gelu_tanh"``) but
+pooled features); timm's ports compute ViTs exactly (``act_layer="gelu_tanh"``) but
 keep their own weight-standardisation and GroupNorm epsilons for BiT and hybrids
 (relative differences of ~1e-6 to 1e-4 in the logits, see
 :mod:`vitscale.models.resnet`). The folder is written aside and renamed into place, so an
@@ -55,9 +55,7 @@ class Export:
     note: str  # what was left out, or ""
 
 
-def timm_config(
-    name: str, *, image_size: int, num_classes: int, pool: str | None
-) -> tuple[str, dict]:
+def timm_config(name: str, *, image_size: int, pool: str | None) -> tuple[str, dict]:
     """``(timm architecture, model_args)`` that build ``name`` in timm."""
     spec = parse(name)
     if isinstance(spec, ResNetSpec):
@@ -103,6 +101,18 @@ def _latest_state(run_dir: Path) -> tuple[dict, int]:
     return state["model"], int(state["progress"]["step"])
 
 
+def _write(folder: Path, weights: dict, *, fmt: str, name: str) -> None:
+    import torch
+
+    path = folder / FORMATS[fmt]
+    if fmt == "safetensors":
+        from safetensors.torch import save_file
+
+        save_file(weights, path, metadata={"format": "pt", "vitscale_model": name})
+    else:
+        torch.save(weights, path)
+
+
 def export_run(
     run_dir: str | os.PathLike,
     *,
@@ -111,8 +121,6 @@ def export_run(
     force: bool = False,
 ) -> Export:
     """Write ``run_dir``'s latest checkpoint as a timm model folder (see module doc)."""
-    import torch
-
     from .models.layouts import from_vitscale
 
     if fmt not in FORMATS:
@@ -132,55 +140,50 @@ def export_run(
     if "head.dense.weight" in state:
         note = (
             "head left out: timm has no layer for the tanh pre-logits of the pre-training "
-            "head (num_classes 0: timm returns the class-token features)"
+            "head (num_classes 0: timm returns the pooled features)"
         )
         state = {k: v for k, v in state.items() if k not in head}
     num_classes = (
         int(state["head.classifier.weight"].shape[0]) if "head.classifier.weight" in state else 0
     )
-    architecture, model_args = timm_config(
-        name, image_size=image_size, num_classes=num_classes, pool=pool
-    )
+    architecture, model_args = timm_config(name, image_size=image_size, pool=pool)
     weights = from_vitscale(state, family)
 
     target = Path(out) if out is not None else run_dir / f"export-{fmt}"
     if target.exists() and not force:
         raise ExportError(f"{target} exists; give --force to replace it, or another --out")
     tmp = target.with_name(f".{target.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    weights_file = tmp / FORMATS[fmt]
-    if fmt == "safetensors":
-        from safetensors.torch import save_file
-
-        save_file(weights, weights_file, metadata={"format": "pt", "vitscale_model": name})
-    else:
-        torch.save(weights, weights_file)
-    pretrained_cfg = {
-        "input_size": [3, image_size, image_size],
-        "interpolation": "bilinear",
-        "crop_pct": 1.0,
-        "crop_mode": "center",
-        "num_classes": num_classes,
-        **NORMALISE,
-    }
-    cfg = {
-        "architecture": architecture,
-        "num_classes": num_classes,
-        "global_pool": model_args.get("global_pool", "avg"),
-        "model_args": model_args,
-        "pretrained_cfg": pretrained_cfg,
-        "vitscale": {
-            "model": name,
-            "image_size": image_size,
-            "pool": pool,
-            "cell_id": config.get("cell_id"),
-            "step": step,
-            "note": note,
-        },
-    }
-    (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    if target.exists():
-        shutil.rmtree(target)
-    os.replace(tmp, target)
+    shutil.rmtree(tmp, ignore_errors=True)  # a previous export killed midway
+    try:
+        tmp.mkdir(parents=True)
+        _write(tmp, weights, fmt=fmt, name=name)
+        cfg = {
+            "architecture": architecture,
+            "num_classes": num_classes,
+            "global_pool": model_args.get("global_pool", "avg"),
+            "model_args": model_args,
+            "pretrained_cfg": {
+                "input_size": [3, image_size, image_size],
+                "interpolation": "bilinear",
+                "crop_pct": 1.0,
+                "crop_mode": "center",
+                "num_classes": num_classes,
+                **NORMALISE,
+            },
+            "vitscale": {
+                "model": name,
+                "image_size": image_size,
+                "pool": pool,
+                "cell_id": config.get("cell_id"),
+                "step": step,
+                "note": note,
+            },
+        }
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:  # Ctrl-C, a full disk: no partial folder is left behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return Export(target, target / FORMATS[fmt], architecture, num_classes, note)
