@@ -63,6 +63,29 @@ def test_published_cell_config_errors(model, match):
         resolve({"model": {"name": "ViT-Pico/4", **model}, "train": {"steps": 0}})
 
 
+def test_new_keys_leave_existing_cell_ids_alone():
+    """Adding model.pretrained* to the schema did not change any existing cell's id: unset,
+    they are left out of the hash; set, they are part of it."""
+    from vitscale.config import cell_id
+
+    cfg = resolve(tiny_config())
+    before = cfg.to_dict()
+    for key in ("pretrained", "pretrained_dataset", "pretrained_epochs"):
+        del before["model"][key]  # the config as it was before these keys existed
+    assert cell_id(cfg) == cell_id(before)
+    published = resolve(
+        tiny_config(
+            model={"pretrained": "a.npz", "pretrained_dataset": "imagenet"}, train={"steps": 0}
+        )
+    )
+    other = resolve(
+        tiny_config(
+            model={"pretrained": "b.npz", "pretrained_dataset": "imagenet"}, train={"steps": 0}
+        )
+    )
+    assert len({cell_id(cfg), cell_id(published), cell_id(other)}) == 3
+
+
 @pytest.fixture(scope="module")
 def checkpoint_npz(tmp_path_factory):
     """A "published" ViT-Pico/4 in the official vision_transformer .npz layout."""

@@ -184,6 +184,10 @@ OPERATIONAL_KEYS = (
 )
 
 
+# Keys added to the schema after grids had run: left out of the cell id while unset, so
+# that adding them did not give every finished cell a new id (and run it again).
+OMITTED_WHEN_UNSET = ("model.pretrained", "model.pretrained_dataset", "model.pretrained_epochs")
+
 # Keys the trainer adds to config.json once it knows them; a resolved config read back
 # (``vitscale train runs/g/id/config.json``) drops them before validation.
 DERIVED_KEYS = ("cell_id", "data.num_examples", "data.num_classes", "train.total_steps")
@@ -362,6 +366,14 @@ def _get(d: dict, dotted: str) -> Any:
     return d
 
 
+def _has(d: dict, dotted: str) -> bool:
+    for part in dotted.split("."):
+        if not isinstance(d, dict) or part not in d:
+            return False
+        d = d[part]
+    return True
+
+
 def _check(cfg: Config, problems: list[str]) -> None:
     from .data.subsets import parse_count, parse_subset
     from .models.names import check_resolution, parse
@@ -525,5 +537,10 @@ def cell_id(config: Config | dict, length: int = 10) -> str:
     d = config.to_dict() if isinstance(config, Config) else copy.deepcopy(config)
     for key in (*OPERATIONAL_KEYS, *DERIVED_KEYS):
         _pop_key(d, key)
+    for key in OMITTED_WHEN_UNSET:
+        parent, _, leaf = key.rpartition(".")
+        section = _get(d, parent) if _has(d, parent) else None
+        if isinstance(section, dict) and section.get(leaf, 0) is None:
+            del section[leaf]
     blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
