@@ -55,6 +55,12 @@ class ModelConfig:
     dropout: float | None = None  # None: recipe (paper Table 3)
     # The pre-training head's hidden tanh layer (paper Sec. 3.1); None: the paper's (ViT: on).
     pre_logits: bool | None = None
+    # A published checkpoint (vitscale.models.load_pretrained's formats) to start from; with
+    # train.steps: 0 the cell evaluates it as it is. Its pre-training compute (Fig. 5) comes
+    # from its recipe: dataset and epochs (None: the documented ones, vitscale.published).
+    pretrained: str | None = None
+    pretrained_dataset: str | None = None  # "jft300m" | "imagenet21k" | "imagenet"
+    pretrained_epochs: float | None = None
 
 
 @dataclass
@@ -195,7 +201,13 @@ DERIVED_KEYS = (
 
 # Keys added after cells were run: hashed only when set, so that cells which never set
 # them keep their ids (and their finished run folders).
-HASHED_WHEN_SET = ("data.shuffle_shards",)
+HASHED_WHEN_SET = (
+    "data.shuffle_shards",
+    "model.pre_logits",
+    "model.pretrained",
+    "model.pretrained_dataset",
+    "model.pretrained_epochs",
+)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -371,6 +383,14 @@ def _get(d: dict, dotted: str) -> Any:
     return d
 
 
+def _has(d: dict, dotted: str) -> bool:
+    for part in dotted.split("."):
+        if not isinstance(d, dict) or part not in d:
+            return False
+        d = d[part]
+    return True
+
+
 def _check(cfg: Config, problems: list[str]) -> None:
     from .data.subsets import parse_count, parse_subset
     from .models.names import check_resolution, parse
@@ -411,8 +431,32 @@ def _check(cfg: Config, problems: list[str]) -> None:
         "eval_every",
     ):
         value = getattr(t, key)
-        if value is not None and value <= 0:
-            problems.append(f"train.{key} must be positive, got {value}")
+        published = key == "steps" and value == 0 and cfg.model.pretrained
+        if value is not None and value <= 0 and not published:
+            problems.append(
+                f"train.{key} must be positive, got {value}"
+                + (
+                    " (0 only with model.pretrained: a published checkpoint)"
+                    if key == "steps"
+                    else ""
+                )
+            )
+    m = cfg.model
+    if m.pretrained:
+        from .published import published_compute
+
+        if m.pretrained_dataset is None:
+            problems.append(
+                "model.pretrained_dataset: give the checkpoint's pre-training dataset "
+                "('jft300m', 'imagenet21k' or 'imagenet'): its compute places it on Fig. 5"
+            )
+        else:
+            try:
+                published_compute(m.name, m.pretrained_dataset, m.pretrained_epochs)
+            except (ValueError, KeyError) as e:
+                problems.append(f"model.pretrained_dataset / pretrained_epochs: {e}")
+    elif m.pretrained_dataset is not None or m.pretrained_epochs is not None:
+        problems.append("model.pretrained_dataset / pretrained_epochs need model.pretrained")
     if t.examples is not None and not problems and parse_count(t.examples) <= 0:
         problems.append(f"train.examples must be positive, got {t.examples}")
     if t.micro_batch_size and t.batch_size % t.micro_batch_size:

@@ -1,7 +1,11 @@
-"""``create_model``: a registry name -> an initialised ``nn.Module``."""
+"""``create_model``: a registry name -> an initialised (or pre-trained) ``nn.Module``."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
+import torch
 from torch import nn
 
 from .names import HybridSpec, ResNetSpec, ViTSpec, check_resolution, parse
@@ -20,6 +24,7 @@ def create_model(
     pool: str | None = None,
     dropout: float = 0.0,
     pre_logits: bool | None = None,
+    pretrained: str | os.PathLike | Mapping[str, torch.Tensor] | None = None,
 ) -> nn.Module:
     """Build the model a registry name describes (see :mod:`vitscale.models.names`).
 
@@ -32,7 +37,25 @@ def create_model(
     with one hidden layer at pre-training time"); ``None`` picks the paper's default, on
     for ViT and hybrids; ``False`` gives a linear pre-training head, as BiT has and as
     big_vision's ViT defaults to (``rep_size=False``). Fine-tuning heads never have it.
+
+    ``pretrained``: a checkpoint file (or timm / Hugging Face model folder, or a state
+    dict) in any layout :func:`~vitscale.models.load_pretrained` reads. Every trunk weight
+    must match; the pre-logits layer follows the checkpoint; its classifier is kept when
+    it has ``num_classes`` outputs over the same features, else a fresh one is initialised
+    as the paper's (timm's convention for a new label set).
     """
+    if pretrained is not None:
+        from .pretrained import build_pretrained
+
+        return build_pretrained(
+            name,
+            pretrained,
+            num_classes=num_classes,
+            image_size=image_size,
+            head=head,
+            pool=pool,
+            dropout=dropout,
+        )
     spec = parse(name)
     check_resolution(spec, image_size)
     if pool is not None and pool not in POOLS:
@@ -67,6 +90,6 @@ def create_model(
         head=head,
         pool=pool or "token",
         dropout=dropout,
-        pre_logits=pre_logits is not False,
+        representation=pre_logits is not False,
         **stem_kwargs,
     )

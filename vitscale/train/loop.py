@@ -28,6 +28,7 @@ from ..config import Config, ConfigError, cell_id, resolve, to_steps
 from ..data import build_dataset, build_loader
 from ..evals.transfer import TransferEvaluator
 from ..models import create_model
+from ..published import published_compute
 from ..tracking import Tracker
 from . import checkpoint
 from .optim import build_adamw, build_schedule
@@ -127,14 +128,21 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
 
     # 3. Model and optimiser ----------------------------------------------------------
     name = cfg.model.name
-    model = create_model(
-        name,
-        num_classes=train_set.num_classes,
-        image_size=d.image_size,
-        head="pretrain",
-        pool=cfg.model.pool,
-        dropout=cfg.model.dropout,
-        pre_logits=cfg.model.pre_logits,
+    try:
+        model = create_model(
+            name,
+            num_classes=train_set.num_classes,
+            image_size=d.image_size,
+            head="pretrain",
+            pool=cfg.model.pool,
+            dropout=cfg.model.dropout,
+            pre_logits=cfg.model.pre_logits,
+            pretrained=cfg.model.pretrained,  # a published checkpoint to start from (or None)
+        )
+    except (FileNotFoundError, ValueError) as e:  # a checkpoint missing, unsafe or unfit
+        raise ConfigError([f"model.pretrained: {e}"]) from None
+    published = cfg.model.pretrained and published_compute(
+        name, cfg.model.pretrained_dataset, cfg.model.pretrained_epochs
     )
     cost = flops.count(
         name,
@@ -204,8 +212,9 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
     def examples_seen(at_step: int) -> int:
         return at_step * cfg.train.batch_size
 
-    def exaflops(at_step: int) -> float:
-        return cost.train_flops_per_example * examples_seen(at_step) / 1e18
+    def exaflops(at_step: int) -> float:  # a published start counts its own pre-training
+        ours = cost.train_flops_per_example * examples_seen(at_step) / 1e18
+        return ours + (published.exaflops if published else 0.0)
 
     def save_checkpoint() -> None:
         state = {
@@ -253,7 +262,7 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
             "steps": step,
             "examples_seen": examples_seen(step),
             "pretrain_exaflops": exaflops(step),
-            "params": cost.params,
+            "params": sum(p.numel() for p in unwrapped.parameters()),
             "wall_clock_s": wall,
             "device_hours": wall * world / 3600,
             "final": final or {},
@@ -265,6 +274,7 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
             "time_s": dict(watch.totals),
             "skipped_samples": progress["skipped_samples"],
             "skipped": progress["skipped"],
+            "published": published.as_dict() if published else None,
         }
         if is_main:
             rf.write_json_atomic(run_dir / rf.RESULT, result)
@@ -398,9 +408,11 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
 
     # 6. Fine-tuning and result -------------------------------------------------------
     model.eval()
-    if not final_metrics:  # resumed after the last step (a crash during fine-tuning)
+    if not final_metrics:  # resumed after the last step, or a published cell (no steps)
         with watch("eval"):
             final_metrics = evaluate()
+        if total_steps == 0:
+            tracker.log({rf.STEP: 0, rf.EXAMPLES_SEEN: 0, rf.EXAFLOPS: exaflops(0)} | final_metrics)
     with watch("finetune"):
         tuned = evaluator.finetune(unwrapped, pretrain_image_size=d.image_size)
     if tuned:
