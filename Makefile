@@ -10,7 +10,7 @@ RUNS ?= runs
 FIGURES ?= figures
 WORKERS ?= 2
 
-.PHONY: install test cluster lint format demo demo-slurm demo-report bench clean
+.PHONY: install test cluster lint format demo demo-slurm demo-report study sweep report bench clean
 
 install: $(STAMP)
 
@@ -38,26 +38,40 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix vitscale analysis tests benchmarks
 	$(VENV)/bin/ruff format vitscale analysis tests benchmarks
 
-# The demo: a real scaling grid on the embedded synthetic set, its figures, the paper's
-# figures, and the measured answer to the paper's question.
+# The demo (<= 10 minutes on 2 cores): paper Fig. 4 at toy scale, the smallest and the
+# largest subset with two seeds each, its figures, the paper's, and the measured answer.
 demo: $(STAMP)
 	$(VENV)/bin/vitscale grid experiments/demo.yaml --executor local --workers $(WORKERS) --runs $(RUNS)
-	@$(MAKE) --no-print-directory demo-report
+	@$(MAKE) --no-print-directory report GRID=demo
 
 demo-slurm: $(STAMP)
 	slurm/local-cluster.sh up
 	$(VENV)/bin/vitscale grid experiments/demo.yaml --executor slurm --profile slurm/profiles/local.yaml --runs $(RUNS) --wait
-	@$(MAKE) --no-print-directory demo-report
+	@$(MAKE) --no-print-directory report GRID=demo
 
-demo-report: $(STAMP)
-	$(VENV)/bin/vitscale figures $(RUNS)/demo --out $(FIGURES)/demo --curves --format png pdf
+demo-report: report
+
+# The study (<= 60 minutes on 2 cores): Figs. 4 and 5 at toy scale, four subsets, two
+# sizes per family, two seeds, three durations on the largest subset (README, "The study").
+study: $(STAMP)
+	$(VENV)/bin/vitscale grid experiments/study.yaml --executor local --workers $(WORKERS) --runs $(RUNS)
+	@$(MAKE) --no-print-directory report GRID=study
+
+# The tuning sweep that fixed the demo's and the study's hyper-parameters (~20 minutes).
+sweep: $(STAMP)
+	$(VENV)/bin/vitscale grid experiments/study_sweep.yaml --executor local --workers $(WORKERS) --runs $(RUNS)
+	$(VENV)/bin/vitscale status $(RUNS)/study_sweep
+
+GRID ?= demo
+report: $(STAMP)
+	$(VENV)/bin/vitscale figures $(RUNS)/$(GRID) --out $(FIGURES)/$(GRID) --curves --format png pdf
 	$(VENV)/bin/vitscale figures --paper --out $(FIGURES)/paper
 	@echo
 	@echo "== cells"
-	@$(VENV)/bin/vitscale status $(RUNS)/demo
+	@$(VENV)/bin/vitscale status $(RUNS)/$(GRID)
 	@echo
-	@echo "== the paper's question, measured ($(FIGURES)/demo: our figures; $(FIGURES)/paper: the paper's)"
-	@$(VENV)/bin/vitscale summary $(RUNS)/demo
+	@echo "== the paper's question, measured ($(FIGURES)/$(GRID): our figures; $(FIGURES)/paper: the paper's)"
+	@$(VENV)/bin/vitscale summary $(RUNS)/$(GRID)
 
 bench: $(STAMP)
 	$(PY) benchmarks/throughput.py

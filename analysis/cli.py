@@ -462,9 +462,11 @@ def run_summary(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(s.to_dict(), indent=2))
         return 0
-    table = s.by_model.rename(columns=lambda n: f"{int(n):,}")
-    print(f"{M.label(s.metric)}, by model and pre-training images ({s.steps:,} steps, mean over seeds):")
-    print(table.round(1).to_string(na_rep="-"))
+    print(
+        f"{M.label(s.metric)}, by model and pre-training images "
+        f"({s.steps:,} steps; mean ± spread over seeds):"
+    )
+    print(s.table().to_string(na_rep="-"))
     print()
     print("\n".join(s.lines()))
     return 0

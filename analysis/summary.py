@@ -62,6 +62,22 @@ class Summary:
     frontier: pd.DataFrame  # largest subset: one row per (family, model, steps), on_frontier
     comparison: dict[str, Any]  # frontiers at equal compute: range, segments, crossings
 
+    def table(self) -> pd.DataFrame:
+        """The Fig. 4 cells as text, ``mean ± spread`` (``mean`` alone for one seed):
+        rows model (ResNets first), columns subset."""
+        fig4 = self.cells[self.cells.steps == self.steps]
+        text = fig4.assign(
+            value=[
+                f"{r.mean:.1f}" + (f" ± {r.spread:.1f}" if np.isfinite(r.spread) else "")
+                for r in fig4.itertuples()
+            ]
+        )
+        table = text.pivot(index="model", columns="num_examples", values="value")
+        order = fig4.drop_duplicates("model").sort_values(["family", "model"])
+        table = table.loc[order.model]
+        table.columns = [f"{int(n):,}" for n in table.columns]
+        return table
+
     # ------------------------------------------------------------------ the verdict, in numbers
 
     @property
@@ -183,7 +199,7 @@ class Summary:
             )
             out.append(
                 f"{family} compute frontier at {int(group.num_examples.iloc[0]):,} images "
-                f"({len(group)} runs, {len(front)} on the frontier): {points}"
+                f"({len(group)} run{'s' if len(group) != 1 else ''}, {len(front)} on the frontier): {points}"
             )
         c = self.comparison
         if not c:
@@ -346,7 +362,13 @@ def compare_frontiers(frontier: pd.DataFrame) -> dict[str, Any]:
         if segments and {segments[-1]["leader"], leader} == set(FAMILIES):
             crossings.append(x)
         segments.append(
-            {"leader": leader, "from": x, "to": x, "margin_min": abs(margin), "margin_max": abs(margin)}
+            {
+                "leader": leader,
+                "from": x,
+                "to": x,
+                "margin_min": abs(margin),
+                "margin_max": abs(margin),
+            }
         )
     return {"range": [lo, hi], "segments": segments, "crossings": crossings}
 

@@ -173,7 +173,9 @@ def _front(points: dict[str, list[tuple[float, float]]]) -> pd.DataFrame:
 
 def test_frontiers_cross_where_the_leader_changes():
     c = compare_frontiers(
-        _front({"ViT": [(1.0, 10.0), (4.0, 80.0)], "ResNet": [(1.0, 50.0), (2.0, 60.0), (8.0, 70.0)]})
+        _front(
+            {"ViT": [(1.0, 10.0), (4.0, 80.0)], "ResNet": [(1.0, 50.0), (2.0, 60.0), (8.0, 70.0)]}
+        )
     )
     assert c["range"] == [1.0, 4.0]  # both families measured; no extrapolation past 4 EF
     assert [(s["leader"], s["from"], s["to"]) for s in c["segments"]] == [

@@ -19,10 +19,11 @@ import pytest
 from analysis import fixtures
 from vitscale import runfolder as rf
 from vitscale.cli import build_parser, main
+from vitscale.grid.spec import load_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
-# The demo grid in a reduced form: the same 24 cells' shape, seconds each.
+# The demo grid in a reduced form: the same cells' shape, seconds each.
 REDUCED = [
     "--set", "train.steps=2", "--set", "train.eval_every=1", "--set", "eval.fewshot.test_examples=40",
     "--set", "eval.upstream.examples=40", "--set", "eval.finetune.steps=1",
@@ -90,7 +91,9 @@ def sandbox(tmp_path_factory):
     argv = _sandboxed(shlex.split(demo)[1:], tmp)
     assert main(argv) == 0
     results = list((tmp / "runs" / "demo").glob(f"*/{rf.RESULT}"))
-    assert len(results) == 24 and all(rf.read_json(p)["status"] == rf.STATUS_DONE for p in results)
+    cells = load_grid(ROOT / "experiments" / "demo.yaml").cells
+    assert len(results) == len(cells) == 8
+    assert all(rf.read_json(p)["status"] == rf.STATUS_DONE for p in results)
     # Run folders of a compute study's shape (analysis.fixtures) for the lines about
     # full-scale grids, which cannot train here.
     fixtures.write_runs(tmp / "fixture", cells=64, steps=(40, 80, 160, 320))

@@ -1,0 +1,90 @@
+"""The study grid (`make study`), reduced, end to end: grid file -> local executor -> run
+folders -> `vitscale summary --json`. Its structure is checked, not its verdict (a few
+steps decide nothing; the measured verdict is in README, "The study")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vitscale.cli import main
+from vitscale.config import yaml_load
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY = ROOT / "experiments" / "study.yaml"
+SMALL = {
+    "train": {"steps": 4, "eval_every": 2, "checkpoint_every": 4, "log_every": 2},
+    "eval": {
+        "fewshot": {"seeds": 2, "test_examples": 40},
+        "upstream": {"examples": 40},
+        "finetune": {"steps": 1, "test_examples": 40},
+    },
+    "wandb": {"mode": "disabled"},
+}
+
+
+def _merge(base: dict, update: dict) -> dict:
+    for key, value in update.items():
+        if isinstance(value, dict):
+            base[key] = _merge(base.get(key) or {}, value)
+        else:
+            base[key] = value
+    return base
+
+
+def _reduced(tmp: Path) -> Path:
+    """The study's own blocks, each cut to one model, its smallest and largest subset, and
+    (for the compute blocks) one shorter duration; a few steps each."""
+    grid = yaml_load(STUDY.read_text())
+    _merge(grid["base"], SMALL)
+    for block in grid["blocks"]:
+        axes = block["axes"]
+        axes["model.name"] = axes["model.name"][-1:]
+        if "data.subset" in axes:
+            axes["data.subset"] = [axes["data.subset"][0], axes["data.subset"][-1]]
+        if "train.steps" in axes:
+            axes["train.steps"] = [2]
+    path = tmp / "study.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    return path
+
+
+@pytest.mark.slow
+def test_reduced_study_runs_end_to_end_and_summarises_as_json(tmp_path, capsys):
+    grid = _reduced(tmp_path)
+    runs = tmp_path / "runs"
+    assert (
+        main(["grid", str(grid), "--executor", "local", "--workers", "2", "--runs", str(runs)]) == 0
+    )
+    capsys.readouterr()
+    assert main(["summary", str(runs / "study"), "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+
+    assert s["metric"] == "fewshot/synthetic-glyphs/5shot"
+    assert s["fig4_steps"] == 4
+    assert [row["num_examples"] for row in s["subsets"]] == [3840, 192_000]
+    for row in s["subsets"]:
+        for side, family in (("vit", "ViT"), ("resnet", "ResNet")):
+            best = row[side]
+            assert best["seeds"] == 2 and family in ("ViT", "ResNet")
+            assert best["model"] in ("ViT-Femto/8", "BiT-R11x0.5")
+            assert 0 <= best["mean"] <= 100 and best["seed_spread"] >= 0
+        assert row["gap"] == pytest.approx(row["resnet"]["mean"] - row["vit"]["mean"])
+    change = s["gap_change"]
+    assert change["smallest"] == 3840 and change["largest"] == 192_000
+    assert change["shrink"] == pytest.approx(change["gap_smallest"] - change["gap_largest"])
+    assert isinstance(change["trend"], bool) and isinstance(change["crossover"], bool)
+    # Fig. 5: per family the largest subset at 2 and 4 steps, one frontier each.
+    assert set(s["frontier"]) == {"ViT", "ResNet"}
+    for points in s["frontier"].values():
+        assert sorted(p["steps"] for p in points) == [2, 4]
+        assert any(p["on_frontier"] for p in points)
+        flops = {p["steps"]: p["exaflops"] for p in points}
+        assert flops[4] == pytest.approx(2 * flops[2])
+    comparison = s["frontier_comparison"]
+    assert comparison == {} or {"range", "segments", "crossings"} <= set(comparison)
+    assert s["verdict"] and all(isinstance(line, str) for line in s["verdict"])
+    assert any(line.startswith("smallest subset (3,840 images)") for line in s["verdict"])
