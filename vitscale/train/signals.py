@@ -1,6 +1,10 @@
 """Preemption signals: SIGUSR1 (SLURM's ``--signal`` before a time limit or preemption)
 and SIGTERM (what SLURM sends at the limit). The handler only raises a flag; the training
-loop checkpoints at the next step boundary, where the state is consistent, and stops.
+loop checkpoints at the next step where the processes agree on it (a log step; fine-tuning
+likewise), where the state is consistent, and stops.
+
+The flag is installed for the whole of a run, before any loader worker is forked: SLURM
+signals the workers too, and they ignore the signals (:mod:`vitscale.data.workers`).
 """
 
 from __future__ import annotations
@@ -8,7 +12,7 @@ from __future__ import annotations
 import signal
 import threading
 
-PREEMPTION_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+from ..data.workers import PREEMPTION_SIGNALS
 
 
 class PreemptionFlag:
@@ -38,7 +42,11 @@ class PreemptionFlag:
 class Preempted(Exception):
     """Training stopped at a checkpoint because a preemption signal arrived."""
 
-    def __init__(self, step: int, signal_name: str | None) -> None:
-        super().__init__(f"preempted by {signal_name or 'a signal'}: checkpointed at step {step}")
+    def __init__(self, step: int, signal_name: str | None, *, during: str | None = None) -> None:
+        where = f"{during} " if during else ""
+        super().__init__(
+            f"preempted by {signal_name or 'a signal'}: checkpointed {where}at step {step}"
+        )
         self.step = step
         self.signal_name = signal_name
+        self.during = during
