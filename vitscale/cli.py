@@ -131,6 +131,7 @@ def _train(args: argparse.Namespace) -> int:
         print(json.dumps(cfg.to_dict() | {"cell_id": cell_id(cfg), "workdir": workdir}, indent=2))
         return 0
     from .train import Preempted, train
+    from .train.runtime import shutdown
 
     try:
         result = train(cfg, workdir)
@@ -139,6 +140,8 @@ def _train(args: argparse.Namespace) -> int:
     except Preempted as e:
         print(f"{e}; run the same command again to resume", file=sys.stderr)
         return EXIT_PREEMPTED
+    finally:
+        shutdown()  # the process group (torchrun), if any: last thing a launched process does
     print(
         f"{result['status']}: {workdir} ({result['steps']} steps, {result['wall_clock_s']:.0f} s)"
     )

@@ -78,7 +78,7 @@ class TrainConfig:
     label_smoothing: float = 0.0
     grad_clip: float = 1.0  # global-norm clipping; 0: off
     precision: str = "auto"  # "auto" | "bf16" | "fp32"
-    compile: bool = False  # torch.compile the training forward and backward
+    compile: bool | str = False  # torch.compile the training model; a string: its backend
     channels_last: bool | None = None  # None: on for ResNets and hybrids on a GPU
     log_every: int = 10
     checkpoint_every: int | None = 500  # also on SIGUSR1 / SIGTERM

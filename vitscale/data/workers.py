@@ -7,7 +7,11 @@ SIGUSR1 or SIGTERM, torch's main process then raises "DataLoader worker (pid ...
 killed by signal" from the middle of a step, and a run that should have checkpointed
 fails. Workers therefore ignore both signals (:func:`worker_init`): the trainer, which
 handles them (:mod:`vitscale.train.signals`), checkpoints and stops, and shuts the
-workers down itself.
+workers down itself. One exit path needs care: when a process exits with a loader still
+referenced (an uncaught exception's traceback holds it), ``multiprocessing`` ends its
+daemonic children with SIGTERM and waits for them, which would wait forever on workers
+that ignore it; they are killed at exit instead (they hold nothing to save; a process
+killed outright leaves workers that see their parent gone and exit by themselves).
 
 Workers render the synthetic set with the fused C++ kernel (:mod:`vitscale.data._fused`).
 It is built (or loaded from torch's cache) once in the parent before the workers fork
@@ -17,6 +21,9 @@ it again.
 
 from __future__ import annotations
 
+import atexit
+import multiprocessing
+import multiprocessing.util  # registers its exit handler now, before ours below
 import os
 import signal
 
@@ -35,6 +42,22 @@ def worker_init(worker_id: int) -> None:
     del worker_id
     for sig in PREEMPTION_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
+
+
+def _kill_loader_workers() -> None:
+    """What multiprocessing's exit handler does to daemonic children (loader workers are
+    daemonic), with SIGKILL instead of the SIGTERM they ignore."""
+    daemons = [child for child in multiprocessing.active_children() if child.daemon]
+    if daemons:
+        # torch's SIGCHLD handler would report each as "killed by signal": we know.
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for child in daemons:
+        child.kill()
+
+
+# Registered after multiprocessing's own exit handler, so it runs first (atexit is
+# last-in, first-out).
+atexit.register(_kill_loader_workers)
 
 
 def prepare_for_workers(dataset: Dataset) -> None:

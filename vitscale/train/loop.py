@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -153,6 +154,11 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
     channels_last = channels_last_for(cfg, device=device)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
+    accelerator.print(
+        f"{cid}: {world} process(es) on {device} "
+        f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}), {precision}, "
+        f"micro-batch {micro} x {accumulation} per process, {num_workers} loader worker(s)"
+    )
     o = cfg.optim
     optimizer = build_adamw(model, lr=o.lr, weight_decay=o.weight_decay, betas=o.betas)
     schedule = build_schedule(
@@ -164,7 +170,7 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
     )
     model, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(model)
-    forward = compile_model(model) if cfg.train.compile else model
+    forward = compile_model(model, cfg.train.compile) if cfg.train.compile else model
 
     # 4. Resume -----------------------------------------------------------------------
     ckpt_dir = run_dir / rf.CHECKPOINTS

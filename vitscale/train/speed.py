@@ -103,6 +103,8 @@ def channels_last_for(cfg: Config, *, device: torch.device) -> bool:
     return device.type == "cuda" and family(cfg.model.name) in ("ResNet", "Hybrid")
 
 
-def compile_model(model: torch.nn.Module) -> torch.nn.Module:
-    """The training step's module: compiled (shares its parameters with ``model``)."""
-    return torch.compile(model)
+def compile_model(model: torch.nn.Module, setting: bool | str) -> torch.nn.Module:
+    """The training step's module, compiled (it shares its parameters with ``model``):
+    ``true`` with inductor, a string with that ``torch.compile`` backend (e.g.
+    ``aot_eager``: traced, no code generation)."""
+    return torch.compile(model, backend="inductor" if setting is True else setting)
