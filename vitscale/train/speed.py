@@ -21,7 +21,7 @@ import os
 import torch
 
 from .. import memory
-from ..config import Config
+from ..config import Config, ConfigError
 from ..data.workers import auto_num_workers
 from ..flops import count
 from ..models.names import family
@@ -107,4 +107,12 @@ def compile_model(model: torch.nn.Module, setting: bool | str) -> torch.nn.Modul
     """The training step's module, compiled (it shares its parameters with ``model``):
     ``true`` with inductor, a string with that ``torch.compile`` backend (e.g.
     ``aot_eager``: traced, no code generation)."""
-    return torch.compile(model, backend="inductor" if setting is True else setting)
+    import torch._dynamo
+
+    backend = "inductor" if setting is True else setting
+    valid = torch._dynamo.list_backends(exclude_tags=())
+    if backend not in valid:
+        raise ConfigError(
+            [f"train.compile: unknown backend {backend!r}; valid: true (inductor), {', '.join(valid)}"]
+        )
+    return torch.compile(model, backend=backend)
