@@ -136,6 +136,8 @@ def train_and_score(
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
         start = state["step"]
+    resumed = f", resumed at step {start}" if start else ""
+    accelerator.print(f"fine-tuning {key}: {steps} steps of {per_process} x {world}{resumed}")
     with prepared(accelerator, model, optimizer) as (model, optimizer):
         batches = iter(
             build_loader(
