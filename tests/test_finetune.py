@@ -202,6 +202,10 @@ def test_a_signal_during_finetuning_checkpoints_and_the_run_resumes_it(tmp_path,
     assert result["status"] == rf.STATUS_DONE and result["restarts"] == 1
     assert len(made) == 2  # the stopped fine-tune and the last one; the first was kept
     assert result["finetune"] == reference["finetune"]
+    timing = {rf.THROUGHPUT}
+    assert {k: v for k, v in result["final"].items() if k not in timing} == {
+        k: v for k, v in reference["final"].items() if k not in timing
+    }
     assert fp.read(run)["results"] == fp.read(tmp_path / "reference")["results"]
     assert checkpoint.latest(run / rf.CHECKPOINTS / fp.FOLDER) is None  # done: removed
     assert result["wall_clock_s"] >= result["time_s"]["finetune"] > 0

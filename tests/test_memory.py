@@ -27,26 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CALIBRATED = [n for n in list_models() if count(n, small_resolution(n)).params <= REAL_PARAM_LIMIT]
 
 
-def _measured_saved_bytes(model: torch.nn.Module, images: torch.Tensor, *, bf16: bool) -> int:
-    """Bytes of every distinct storage autograd saves for the backward pass, parameters
-    excluded: the oracle the estimate is held against."""
-    params = {p.untyped_storage()._cdata for p in model.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage._cdata not in params:
-            saved.setdefault(storage._cdata, storage.nbytes())
-        return t
-
-    with (
-        torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
-        torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16),
-    ):
-        model(images)
-    return sum(saved.values())
-
-
 def _uninitialised(name: str, **kwargs) -> torch.nn.Module:
     """The model with constant weights (the values do not matter here, and initialising a
     100M-parameter model takes seconds)."""
@@ -64,7 +44,7 @@ def _check(name: str, size: int, batches, precisions, **kw) -> None:
     for batch in batches:
         images = torch.randn(batch, 3, size, size)
         for precision in precisions:
-            measured = _measured_saved_bytes(model, images, bf16=precision == "bf16")
+            measured = memory.measure_saved_bytes(model, images, bf16=precision == "bf16")
             estimated = memory.saved_activation_bytes(
                 name, image_size=size, batch=batch, precision=precision, device="cpu", **kw
             )

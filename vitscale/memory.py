@@ -44,6 +44,7 @@ from .models.names import HybridSpec, ResNetSpec, ViTSpec, check_resolution, par
 __all__ = [
     "MemoryEstimate",
     "saved_activation_bytes",
+    "measure_saved_bytes",
     "estimate",
     "fits",
     "fit_micro_batch",
@@ -341,6 +342,29 @@ def saved_activation_bytes(
     casts, standardised kernels); parameters themselves are not counted."""
     s = _saved(name, image_size, num_classes, head, pool, float(dropout), precision, device)
     return batch * s.per_example + s.constant
+
+
+def measure_saved_bytes(model, images, *, bf16: bool = False, device_type: str = "cpu") -> int:
+    """What :func:`saved_activation_bytes` estimates, measured: the bytes of every
+    distinct storage autograd saves during ``model(images)`` (parameters excluded), under
+    ``device_type`` autocast in bf16 when ``bf16``. The calibration's oracle."""
+    import torch
+
+    params = {p.untyped_storage()._cdata for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage._cdata not in params:
+            saved.setdefault(storage._cdata, storage.nbytes())
+        return t
+
+    with (
+        torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
+        torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16),
+    ):
+        model(images)
+    return sum(saved.values())
 
 
 # --------------------------------------------------------------------------- the step

@@ -374,6 +374,8 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
                     row[rf.MFU] = mfu(
                         rate, flops_per_image=3 * cost.flops, processes=world, peak=peak
                     )
+                if device.type == "cuda":  # this process's high-water mark (no sync)
+                    row["memory/peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
             watch.totals["log"] += time.perf_counter() - log_started
             if evaluating:
                 model.eval()
@@ -405,6 +407,8 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
         model = forward = optimizer = schedule = None
         unwrapped.eval()
         if not final_metrics:  # resumed after the last step (stopped during fine-tuning)
+            final_metrics = _logged_at(run_dir, total_steps)
+        if not final_metrics:  # ... and its row was never logged
             with watch("eval"):
                 final_metrics = evaluate()
         tuning = finetune_progress.FinetuneProgress(
@@ -433,6 +437,14 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
         final_metrics |= {rf.finetune_key(ds): acc for ds, acc in tuned.items()}
         progress["best"] |= {rf.finetune_key(ds): acc for ds, acc in tuned.items()}
     return finish(rf.STATUS_DONE, final=final_metrics, tuned=tuned)
+
+
+def _logged_at(run_dir: Path, step: int) -> dict[str, Any]:
+    """The metrics logged at ``step`` (what the run's final metrics were when it got there)."""
+    path = run_dir / rf.METRICS
+    rows = [r for r in rf.iter_metrics(path) if r.get(rf.STEP) == step] if path.is_file() else []
+    skip = {rf.STEP, rf.EXAMPLES_SEEN, rf.EXAFLOPS}
+    return {k: v for k, v in rows[-1].items() if k not in skip} if rows else {}
 
 
 def _check_same_run(run_dir: Path, cid: str) -> None:
