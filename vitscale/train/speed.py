@@ -113,6 +113,8 @@ def compile_model(model: torch.nn.Module, setting: bool | str) -> torch.nn.Modul
     valid = torch._dynamo.list_backends(exclude_tags=())
     if backend not in valid:
         raise ConfigError(
-            [f"train.compile: unknown backend {backend!r}; valid: true (inductor), {', '.join(valid)}"]
+            [
+                f"train.compile: unknown backend {backend!r}; valid: true (inductor), {', '.join(valid)}"
+            ]
         )
     return torch.compile(model, backend=backend)
