@@ -140,7 +140,7 @@ def test_finetune_micro_batches_accumulate_to_the_same_update():
 
 
 _SIGNAL_DURING_SECOND_FINETUNE = """
-import json, os, signal, sys, types
+import json, os, subprocess, sys, types
 import torch.nn.functional as F
 from vitscale.cli import main
 from vitscale.evals import finetune
@@ -155,8 +155,8 @@ def fresh(*args, **kwargs):
 def loss(*args, **kwargs):
     if made[0] == 2:  # the second fine-tune: SLURM signals every process of the step
         losses[0] += 1
-        if losses[0] == 2:
-            os.killpg(0, signal.SIGUSR1)
+        if losses[0] == 2:  # from another process, as slurmstepd sends it
+            subprocess.run(["kill", "-s", "USR1", "--", f"-{os.getpgid(0)}"], start_new_session=True)
     return real_loss(*args, **kwargs)
 
 finetune._fresh_model = fresh

@@ -137,7 +137,7 @@ train(json.loads(sys.argv[1]), sys.argv[2])
 
 
 _SIGNAL_THE_STEP = """
-import os, signal, sys
+import os, signal, subprocess, sys
 from vitscale.cli import main
 from vitscale.train import loop
 
@@ -145,8 +145,10 @@ calls, real = [0], loop.loss_fn
 
 def loss_then_signal(*args, **kwargs):
     calls[0] += 1
-    if calls[0] == int(sys.argv[3]):  # as SLURM does: every process of the job step
-        os.killpg(0, getattr(signal, sys.argv[4]))
+    if calls[0] == int(sys.argv[3]):  # as SLURM does: every process of the job step, from
+        # another process (torch's workers exit quietly on a SIGTERM from their parent)
+        sig = getattr(signal, sys.argv[4])
+        subprocess.run(["kill", "-s", sig.name[3:], "--", f"-{os.getpgid(0)}"], start_new_session=True)
     return real(*args, **kwargs)
 
 loop.loss_fn = loss_then_signal
