@@ -24,6 +24,10 @@ vitscale/cli.py registers these; this module imports nothing heavy at import tim
   the paper has;
 - ``curves_<metric>.png|pdf`` with ``--curves``: the same metrics along training.
 
+``vitscale figures --wandb ENTITY/PROJECT --group GRID --out DIR`` draws the same files
+from the grid's W&B runs (:func:`analysis.load.load_wandb`, online), so a laptop with no
+run folders can redraw a study.
+
 ``--overlay-paper`` draws Table 6's points (hollow markers) in every compute panel whose
 metric the paper measured under the same name (fine-tuned ``finetune/imagenet/top1``
 and the other Table 6 datasets). Few-shot or synthetic-task accuracy is not comparable
@@ -37,7 +41,15 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["configure_figures", "run_figures", "configure_fit", "run_fit", "X_COLUMNS"]
+__all__ = [
+    "configure_figures",
+    "run_figures",
+    "draw_figures",
+    "compute_metrics",
+    "configure_fit",
+    "run_fit",
+    "X_COLUMNS",
+]
 
 # --x of `vitscale fit`: the cost axis of the law.
 X_COLUMNS = {"exaflops": "exaflops", "examples": "num_examples", "examples_seen": "examples_seen"}
@@ -113,6 +125,15 @@ def configure_figures(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--curves", action="store_true", help="also plot the metrics along training")
     p.add_argument(
+        "--wandb",
+        metavar="ENTITY/PROJECT",
+        help="read the cells (and, with --curves, their history) from W&B instead of run "
+        "folders: a laptop with no run folders redraws a study (online; needs --group)",
+    )
+    p.add_argument(
+        "--group", metavar="GRID", help="with --wandb: the grid's name, its runs' W&B group"
+    )
+    p.add_argument(
         "--format",
         dest="formats",
         nargs="+",
@@ -163,7 +184,28 @@ def _paper_figures(out: Path, formats, *, fit: bool, bootstrap: int) -> list[Pat
     return written
 
 
-def _run_figures(cells, args) -> list[Path]:
+def compute_metrics(done, *, metric: list[str] | None, shots: int):
+    """The compute figure's (and Table 6's) metric columns: ``metric`` as given, else the
+    transfer metrics found and, when there are several, their average (added to the
+    returned frame)."""
+    from analysis import metrics as M
+
+    metrics = list(metric) if metric else M.transfer_metrics(done, shots=shots)
+    frame = done
+    if len(metrics) > 1 and not metric:
+        frame, avg = M.add_average(done, metrics)
+        metrics = [avg, *metrics]
+    return frame, metrics
+
+
+def draw_figures(cells, args, *, history=None) -> list[Path]:
+    """Our figures and Table 6 from a cells frame, as ``vitscale figures`` draws them;
+    ``history(done_cells)`` gives the curves' per-step frame (default: the run folders'
+    metrics.jsonl)."""
+    return _run_figures(cells, args, history=history)
+
+
+def _run_figures(cells, args, *, history=None) -> list[Path]:
     from analysis import metrics as M
     from analysis import paper, tables
     from analysis.figures import curves, fig3, fig4, fig5
@@ -189,11 +231,7 @@ def _run_figures(cells, args) -> list[Path]:
     if not fewshot:
         print(f"note: no {args.shots}-shot metrics found; no Fig. 4-style plot", file=sys.stderr)
 
-    metrics = list(args.metric) if args.metric else M.transfer_metrics(done, shots=args.shots)
-    frame = done
-    if len(metrics) > 1 and not args.metric:
-        frame, avg = M.add_average(done, metrics)
-        metrics = [avg, *metrics]
+    frame, metrics = compute_metrics(done, metric=args.metric, shots=args.shots)
     t6 = paper.table6_frame()
     panels = []
     for m in metrics:
@@ -222,18 +260,54 @@ def _run_figures(cells, args) -> list[Path]:
     written += tables.write(done, out, metrics=metrics or None, reference=t6)
 
     if args.curves:
-        history, _ = load_history(done)
+        steps = history(done) if history is not None else load_history(done)[0]
         for metric in fewshot:
             written += curves.write(
-                history, out, metric=metric, hue=args.group_by, agg=args.agg, formats=formats
+                steps, out, metric=metric, hue=args.group_by, agg=args.agg, formats=formats
             )
     return written
 
 
+def _load_wandb(path: str, group: str | None, *, curves: bool):
+    """Cells (and a history loader for --curves) of one grid's W&B runs, online."""
+    entity, _, project = path.partition("/")
+    if not entity or not project or "/" in project:
+        raise _user_error(f"--wandb {path!r}: expected ENTITY/PROJECT, e.g. my-team/vitscale")
+    if not group:
+        raise _user_error("--wandb needs --group GRID (the grid's name: its runs' W&B group)")
+    from analysis.load import load_wandb, load_wandb_history
+    from vitscale.wandb_views import remote
+
+    try:
+        api = remote.open_project(entity, project, group=group)
+        with remote.translated_errors():
+            cells, problems = load_wandb(project=project, entity=entity, group=group, api=api)
+    except remote.WandbError as e:
+        raise _user_error(str(e)) from None
+    for p in problems:
+        print(f"skipped: {p}", file=sys.stderr)
+
+    def history(done):
+        try:
+            with remote.translated_errors():
+                steps = load_wandb_history(project=project, entity=entity, group=group, api=api)
+        except remote.WandbError as e:
+            raise _user_error(str(e)) from None
+        return steps[steps["cell_id"].isin(set(done["cell_id"]))]
+
+    return cells, (history if curves else None)
+
+
 def run_figures(args: argparse.Namespace) -> int:
     """Handler of ``vitscale figures``: prints the files written, one per line."""
-    if not args.paper and not args.runs:
-        raise _user_error("vitscale figures: give RUNS_DIR... and/or --paper")
+    if not args.paper and not args.runs and not args.wandb:
+        raise _user_error(
+            "vitscale figures: give RUNS_DIR..., --wandb ENTITY/PROJECT and/or --paper"
+        )
+    if args.wandb and args.runs:
+        raise _user_error("give RUNS_DIR... or --wandb ENTITY/PROJECT, not both")
+    if args.group and not args.wandb:
+        raise _user_error("--group selects a grid's W&B runs: use it with --wandb ENTITY/PROJECT")
     if args.shots < 1:
         raise _user_error(f"--shots must be a positive integer, got {args.shots}")
     if args.bootstrap < 0:
@@ -246,6 +320,11 @@ def run_figures(args: argparse.Namespace) -> int:
         if cells.empty:
             raise _user_error(f"no run folders found under {' '.join(args.runs)}")
         written += _run_figures(cells, args)
+    if args.wandb:
+        cells, history = _load_wandb(args.wandb, args.group, curves=args.curves)
+        if cells.empty:
+            raise _user_error(f"no W&B runs in group {args.group!r} of {args.wandb}")
+        written += _run_figures(cells, args, history=history)
     for path in written:
         print(path)
     return 0
@@ -381,24 +460,10 @@ def run_summary(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise _user_error(str(e)) from None
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "metric": s.metric,
-                    "by_model": {
-                        m: {str(int(k)): v for k, v in row.dropna().items()}
-                        for m, row in s.by_model.iterrows()
-                    },
-                    "by_subset": {str(k): row.to_dict() for k, row in s.by_subset.iterrows()},
-                    "compute": {f: row.to_dict() for f, row in s.compute.iterrows()},
-                    "verdict": s.lines(),
-                },
-                indent=2,
-            )
-        )
+        print(json.dumps(s.to_dict(), indent=2))
         return 0
     table = s.by_model.rename(columns=lambda n: f"{int(n):,}")
-    print(f"{M.label(s.metric)}, by model and pre-training images:")
+    print(f"{M.label(s.metric)}, by model and pre-training images ({s.steps:,} steps, mean over seeds):")
     print(table.round(1).to_string(na_rep="-"))
     print()
     print("\n".join(s.lines()))

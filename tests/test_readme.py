@@ -60,6 +60,8 @@ def _sandboxed(argv: list[str], tmp: Path) -> list[str]:
             arg = str(tmp / "fixture")
         elif arg.startswith("runs/") or arg.startswith("figures/"):
             arg = str(tmp / arg)
+        elif arg.startswith("shards:runs/"):  # a sharded set the README's lines write
+            arg = f"shards:{tmp / arg.removeprefix('shards:')}"
         out.append(arg)
     command = out[0]
     if command == "grid" and "--executor" in out:
@@ -70,7 +72,14 @@ def _sandboxed(argv: list[str], tmp: Path) -> list[str]:
             out += ["--runs", str(tmp / "runs"), *REDUCED]
     if command == "train":
         out += ["--set", "train.steps=3"]
+    if command == "wandb" and out[1] in ("dashboard", "report") and "--dry-run" not in out:
+        out.append("--dry-run")  # no W&B server here: what would be sent is built and printed
     return out
+
+
+def _needs_server(argv: list[str]) -> bool:
+    """Lines that read W&B online (no --dry-run exists): here they must fail cleanly."""
+    return argv[0] == "figures" and "--wandb" in argv
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +94,9 @@ def sandbox(tmp_path_factory):
     # Run folders of a compute study's shape (analysis.fixtures) for the lines about
     # full-scale grids, which cannot train here.
     fixtures.write_runs(tmp / "fixture", cells=64, steps=(40, 80, 160, 320))
+    # The sharded set the README's data lines read (running the line again resumes it: a no-op).
+    for line in _commands("vitscale data shard "):
+        assert main(_sandboxed(shlex.split(line)[1:], tmp)) == 0
     return tmp
 
 
@@ -92,6 +104,14 @@ def sandbox(tmp_path_factory):
 def test_every_command_runs(line, sandbox, capsys):
     """The demo's own lines find their cells done (the fixture ran them); the rest run."""
     argv = _sandboxed(shlex.split(line)[1:], sandbox)
+    if _needs_server(argv):  # no key, no server: one line, exit code 2 (tests/test_wandb_views.py)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.delenv("WANDB_API_KEY", raising=False)
+            mp.setenv("NETRC", str(sandbox / "no-netrc"))
+            mp.setenv("WANDB_CONFIG_DIR", str(sandbox / "no-wandb-config"))
+            assert main(argv) == 2
+        assert "no W&B API key" in capsys.readouterr().err
+        return
     assert main(argv) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     if argv[0] == "figures":

@@ -53,6 +53,14 @@ class ModelConfig:
     name: str = "ViT-Pico/4"
     pool: str | None = None  # None: the family's default (token for ViT, gap for BiT)
     dropout: float | None = None  # None: recipe (paper Table 3)
+    # The pre-training head's hidden tanh layer (paper Sec. 3.1); None: the paper's (ViT: on).
+    pre_logits: bool | None = None
+    # A published checkpoint (vitscale.models.load_pretrained's formats) to start from; with
+    # train.steps: 0 the cell evaluates it as it is. Its pre-training compute (Fig. 5) comes
+    # from its recipe: dataset and epochs (None: the documented ones, vitscale.published).
+    pretrained: str | None = None
+    pretrained_dataset: str | None = None  # "jft300m" | "imagenet21k" | "imagenet"
+    pretrained_epochs: float | None = None
 
 
 @dataclass
@@ -64,6 +72,8 @@ class DataConfig:
     subset: int | float | str | None = None  # 30000, 0.1 or "9M"; None: the whole split
     class_balanced: bool = False
     num_workers: int | None = None  # None: on a GPU the process's CPUs less one, else 0
+    shuffle_shards: int | None = None  # sharded sets: shards shuffled together; None: 16
+    skip_bad_samples: int = 0  # sharded sets: bad examples replaced (and counted) up to this
 
 
 @dataclass
@@ -173,6 +183,7 @@ OPERATIONAL_KEYS = (
     "data.root",
     "data.num_workers",
     "data.download",
+    "data.skip_bad_samples",
     "train.micro_batch_size",
     "train.compile",
     "train.channels_last",
@@ -186,7 +197,23 @@ OPERATIONAL_KEYS = (
 
 # Keys the trainer adds to config.json once it knows them; a resolved config read back
 # (``vitscale train runs/g/id/config.json``) drops them before validation.
-DERIVED_KEYS = ("cell_id", "data.num_examples", "data.num_classes", "train.total_steps")
+DERIVED_KEYS = (
+    "cell_id",
+    "data.num_examples",
+    "data.num_classes",
+    "data.selection",
+    "train.total_steps",
+)
+
+# Keys added after cells were run: hashed only when set, so that cells which never set
+# them keep their ids (and their finished run folders).
+HASHED_WHEN_SET = (
+    "data.shuffle_shards",
+    "model.pre_logits",
+    "model.pretrained",
+    "model.pretrained_dataset",
+    "model.pretrained_epochs",
+)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -362,6 +389,14 @@ def _get(d: dict, dotted: str) -> Any:
     return d
 
 
+def _has(d: dict, dotted: str) -> bool:
+    for part in dotted.split("."):
+        if not isinstance(d, dict) or part not in d:
+            return False
+        d = d[part]
+    return True
+
+
 def _check(cfg: Config, problems: list[str]) -> None:
     from .data.subsets import parse_count, parse_subset
     from .models.names import check_resolution, parse
@@ -376,6 +411,8 @@ def _check(cfg: Config, problems: list[str]) -> None:
         check_resolution(spec, cfg.data.image_size)
         if spec.family == "ResNet" and cfg.model.pool == "token":
             problems.append("model.pool: BiT ResNets pool by global average only; valid: 'gap'")
+        if spec.family == "ResNet" and cfg.model.pre_logits:
+            problems.append("model.pre_logits: BiT has no pre-logits layer; valid: null, false")
     except ValueError as e:
         problems.append(f"model.name: {e}")
     t = cfg.train
@@ -400,8 +437,32 @@ def _check(cfg: Config, problems: list[str]) -> None:
         "eval_every",
     ):
         value = getattr(t, key)
-        if value is not None and value <= 0:
-            problems.append(f"train.{key} must be positive, got {value}")
+        published = key == "steps" and value == 0 and cfg.model.pretrained
+        if value is not None and value <= 0 and not published:
+            problems.append(
+                f"train.{key} must be positive, got {value}"
+                + (
+                    " (0 only with model.pretrained: a published checkpoint)"
+                    if key == "steps"
+                    else ""
+                )
+            )
+    m = cfg.model
+    if m.pretrained:
+        from .published import published_compute
+
+        if m.pretrained_dataset is None:
+            problems.append(
+                "model.pretrained_dataset: give the checkpoint's pre-training dataset "
+                "('jft300m', 'imagenet21k' or 'imagenet'): its compute places it on Fig. 5"
+            )
+        else:
+            try:
+                published_compute(m.name, m.pretrained_dataset, m.pretrained_epochs)
+            except (ValueError, KeyError) as e:
+                problems.append(f"model.pretrained_dataset / pretrained_epochs: {e}")
+    elif m.pretrained_dataset is not None or m.pretrained_epochs is not None:
+        problems.append("model.pretrained_dataset / pretrained_epochs need model.pretrained")
     if t.examples is not None and not problems and parse_count(t.examples) <= 0:
         problems.append(f"train.examples must be positive, got {t.examples}")
     if t.micro_batch_size and t.batch_size % t.micro_batch_size:
@@ -419,6 +480,17 @@ def _check(cfg: Config, problems: list[str]) -> None:
     if cfg.data.num_workers is not None and cfg.data.num_workers < 0:
         problems.append(
             f"data.num_workers must be 0 or more (null: chosen per machine), got {cfg.data.num_workers}"
+        )
+    if cfg.data.shuffle_shards is not None and cfg.data.shuffle_shards < 1:
+        problems.append(f"data.shuffle_shards must be at least 1, got {cfg.data.shuffle_shards}")
+    if cfg.data.skip_bad_samples < 0:
+        problems.append(
+            f"data.skip_bad_samples must be non-negative, got {cfg.data.skip_bad_samples}"
+        )
+    if cfg.data.class_balanced and str(cfg.data.dataset).startswith("shards:"):
+        problems.append(
+            "data.class_balanced: a sharded subset is whole shards in a seeded order; "
+            "class-balanced subsets need folder or torchvision sources"
         )
     if cfg.data.image_size < 8:
         problems.append(f"data.image_size must be at least 8, got {cfg.data.image_size}")
@@ -517,5 +589,12 @@ def cell_id(config: Config | dict, length: int = 10) -> str:
     d = config.to_dict() if isinstance(config, Config) else copy.deepcopy(config)
     for key in (*OPERATIONAL_KEYS, *DERIVED_KEYS):
         _pop_key(d, key)
+    for key in HASHED_WHEN_SET:
+        try:
+            unset = _get(d, key) is None
+        except (KeyError, TypeError):
+            unset = False
+        if unset:
+            _pop_key(d, key)
     blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:length]

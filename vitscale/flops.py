@@ -159,7 +159,13 @@ def _resnet(t: _Tally, spec: ResNetSpec, size: int, num_classes: int, head: str)
 
 
 def _vit(
-    t: _Tally, spec: ViTSpec | HybridSpec, size: int, num_classes: int, head: str, pool: str
+    t: _Tally,
+    spec: ViTSpec | HybridSpec,
+    size: int,
+    num_classes: int,
+    head: str,
+    pool: str,
+    pre_logits: bool,
 ) -> None:
     channels = 3
     if isinstance(spec, HybridSpec):
@@ -182,7 +188,7 @@ def _vit(
         t.dense(d, spec.mlp_dim, tokens=tokens)
         t.dense(spec.mlp_dim, d, tokens=tokens)
     t.norm(d)
-    _head(t, d, num_classes, head, pre_logits_layer=True)
+    _head(t, d, num_classes, head, pre_logits_layer=pre_logits)
 
 
 @lru_cache(maxsize=1024)
@@ -193,6 +199,7 @@ def count(
     num_classes: int = 1000,
     head: str = "finetune",
     pool: str | None = None,
+    pre_logits: bool | None = None,
 ) -> Count:
     """Params and forward multiply-adds of ``create_model(name, ...)`` with these arguments.
 
@@ -206,7 +213,7 @@ def count(
     if isinstance(spec, ResNetSpec):
         _resnet(t, spec, resolution, num_classes, head)
     else:
-        _vit(t, spec, resolution, num_classes, head, pool or "token")
+        _vit(t, spec, resolution, num_classes, head, pool or "token", pre_logits is not False)
     return Count(
         name=spec.name,
         resolution=resolution,

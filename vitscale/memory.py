@@ -40,6 +40,7 @@ from functools import lru_cache
 
 from .flops import count
 from .models.names import HybridSpec, ResNetSpec, ViTSpec, check_resolution, parse
+from .models.padding import same_padding
 
 __all__ = [
     "MemoryEstimate",
@@ -139,6 +140,26 @@ def _std_conv(s: _Saved, cin: int, cout: int, k: int, b: _Dtypes) -> None:
     s.weight_copy(2 * cout, 4)
 
 
+def _same_std_conv(s: _Saved, cin: int, cout: int, k: int, b: _Dtypes) -> None:
+    """The hybrid's kernel, ``(w - mean) / (std + eps)``: the division keeps the centred
+    kernel (fp32) and the per-channel divisor, the square root its result, the
+    convolution the standardised kernel (or its bf16 cast)."""
+    s.weight_copy(k * k * cin * cout, 4)
+    s.weight_copy(2 * cout, 4)
+    s.weight_copy(k * k * cin * cout, b.compute)
+
+
+def _same_conv_input(
+    s: _Saved, channels: int, size: int, k: int, stride: int, *, b: _Dtypes, kept: bool
+) -> None:
+    """What a "SAME" convolution keeps of a ``channels x size x size`` input in GN's dtype
+    (``kept``: a layer before keeps that input already): the padded copy when it pads,
+    else the input's cast under autocast, else the input itself unless already kept."""
+    pad = sum(same_padding(size, k, stride))
+    if pad or b.compute != b.norm or not kept:
+        s.act(channels * (size + pad) ** 2, b.compute)
+
+
 def _bit(s: _Saved, spec: ResNetSpec, size: int, b: _Dtypes) -> int:
     """BiT ResNet-v2 trunk and final GN-ReLU; returns its output channels."""
     c, g = b.compute, b.norm
@@ -146,8 +167,8 @@ def _bit(s: _Saved, spec: ResNetSpec, size: int, b: _Dtypes) -> int:
     s.act(3 * size * size, c)  # the image (its bf16 cast under autocast)
     _std_conv(s, 3, stem, 7, b)
     size = _conv_out(size, 7, 2, 3)
-    s.act(stem * size * size, c)  # max-pool input: the stem convolution's output
-    size = _conv_out(size, 3, 2, 1)
+    s.act(stem * (size + 2) ** 2, c)  # max-pool input: the stem output, zero-padded by 1
+    size = _conv_out(size + 2, 3, 2, 0)
     s.act(stem * size * size, 8)  # max-pool indices, int64
     cin = stem
     for units, (mid, cout, stride) in zip(spec.layers, spec.stage_channels(), strict=True):
@@ -181,48 +202,47 @@ def _bit(s: _Saved, spec: ResNetSpec, size: int, b: _Dtypes) -> int:
 
 
 def _hybrid_trunk(s: _Saved, spec: ResNetSpec, size: int, b: _Dtypes) -> tuple[int, int]:
-    """The hybrid's post-activation trunk; returns (channels, size) of its feature map."""
+    """The hybrid's post-activation trunk with TF "SAME" padding; returns (channels, size)
+    of its feature map."""
     c, g = b.compute, b.norm
     stem = spec.stem_channels
-    s.act(3 * size * size, c)
-    _std_conv(s, 3, stem, 7, b)
-    size = _conv_out(size, 7, 2, 3)
+    s.act(3 * (size + sum(same_padding(size, 7, 2))) ** 2, c)  # the padded image (cast)
+    _same_std_conv(s, 3, stem, 7, b)
+    size = -(-size // 2)
     s.act(stem * size * size, g)  # GN input
     s.gn_stats()
-    s.act(stem * size * size, g)  # ReLU output, which the max-pool keeps as its input
-    size = _conv_out(size, 3, 2, 1)
+    s.act(stem * size * size, g)  # ReLU output
+    s.act(stem * (size + sum(same_padding(size, 3, 2))) ** 2, g)  # max-pool's padded input
+    size = -(-size // 2)
     s.act(stem * size * size, 8)  # max-pool indices
-    cin, input_saved = stem, False  # the max-pool's output is kept by nothing yet
+    cin, kept = stem, False  # the max-pool's output is kept by nothing yet
     for units, (mid, cout, stride) in zip(spec.layers, spec.stage_channels(), strict=True):
         for i in range(units):
             st = stride if i == 0 else 1
             project = st != 1 or cin != cout
-            out = _conv_out(size, 3, st, 1)
-            # The unit's input feeds conv1 (and the projection's conv): their bf16 casts,
-            # or the input itself unless a ReLU already keeps it.
-            if c != g:
-                for _ in range(2 if project else 1):
-                    s.act(cin * size * size, c)
-            elif not input_saved:
-                s.act(cin * size * size, c)
+            out = -(-size // st)
+            # conv1 (and the projection's conv) on the unit's input: a cast each under
+            # autocast (no padding for 1x1), else the input itself unless a ReLU keeps it.
+            _same_conv_input(s, cin, size, 1, 1, b=b, kept=kept)
             if project:
+                if c != g:
+                    _same_conv_input(s, cin, size, 1, st, b=b, kept=kept)
                 s.act(cout * out * out, g)  # the projection's GN input
                 s.gn_stats()
-            for channels, z in ((mid, size), (mid, out)):  # conv-GN-ReLU, conv-GN-ReLU
-                s.act(channels * z * z, g)
+            for channels, z, k, conv_stride in ((mid, size, 3, st), (mid, out, 1, 1)):
+                s.act(channels * z * z, g)  # GN input
                 s.gn_stats()
-                s.act(channels * z * z, g)
-                if c != g:
-                    s.act(channels * z * z, c)  # the next conv's cast
+                s.act(channels * z * z, g)  # ReLU output
+                _same_conv_input(s, channels, z, k, conv_stride, b=b, kept=True)
             s.act(cout * out * out, g)  # conv3's GN input
             s.gn_stats()
             s.act(cout * out * out, g)  # ReLU(GN + shortcut): the next unit's input
-            _std_conv(s, cin, mid, 1, b)
-            _std_conv(s, mid, mid, 3, b)
-            _std_conv(s, mid, cout, 1, b)
+            _same_std_conv(s, cin, mid, 1, b)
+            _same_std_conv(s, mid, mid, 3, b)
+            _same_std_conv(s, mid, cout, 1, b)
             if project:
-                _std_conv(s, cin, cout, 1, b)
-            size, cin, input_saved = out, cout, True
+                _same_std_conv(s, cin, cout, 1, b)
+            size, cin, kept = out, cout, True
     return cin, size
 
 
@@ -269,13 +289,23 @@ def _vit(
     return n
 
 
-def _vit_head(s: _Saved, *, d: int, n: int, pool: str, head: str, num_classes: int, b: _Dtypes):
+def _vit_head(
+    s: _Saved,
+    *,
+    d: int,
+    n: int,
+    pool: str,
+    head: str,
+    pre_logits: bool,
+    num_classes: int,
+    b: _Dtypes,
+):
     c = b.compute
     if pool == "token" and c == 4:
         s.act(n * d, 4)  # the class token is a view: the whole final LN output stays
     else:
         s.act(d, c)  # the pooled (or cast) representation
-    if head == "pretrain":
+    if head == "pretrain" and pre_logits:
         s.act(d, c)  # tanh output, the classifier's input
         if c != 4:
             s.weight_copy(d * d, c)
@@ -290,6 +320,7 @@ def _saved(
     num_classes: int,
     head: str,
     pool: str | None,
+    pre_logits: bool | None,
     dropout: float,
     precision: str,
     device: str,
@@ -321,7 +352,16 @@ def _saved(
         dropout=dropout,
         b=b,
     )
-    _vit_head(s, d=vit.width, n=n, pool=pool, head=head, num_classes=num_classes, b=b)
+    _vit_head(
+        s,
+        d=vit.width,
+        n=n,
+        pool=pool,
+        head=head,
+        pre_logits=pre_logits is not False,
+        num_classes=num_classes,
+        b=b,
+    )
     return s
 
 
@@ -333,6 +373,7 @@ def saved_activation_bytes(
     num_classes: int = 1000,
     head: str = "pretrain",
     pool: str | None = None,
+    pre_logits: bool | None = None,
     dropout: float = 0.0,
     precision: str = "bf16",
     device: str = "cuda",
@@ -340,7 +381,9 @@ def saved_activation_bytes(
     """Bytes autograd keeps for the backward pass of ``model(images)`` at ``batch``
     examples: saved activations plus the weight copies the forward makes (autocast's
     casts, standardised kernels); parameters themselves are not counted."""
-    s = _saved(name, image_size, num_classes, head, pool, float(dropout), precision, device)
+    s = _saved(
+        name, image_size, num_classes, head, pool, pre_logits, float(dropout), precision, device
+    )
     return batch * s.per_example + s.constant
 
 
@@ -378,6 +421,7 @@ def estimate(
     num_classes: int = 1000,
     head: str = "pretrain",
     pool: str | None = None,
+    pre_logits: bool | None = None,
     dropout: float = 0.0,
     precision: str = "bf16",
     device: str = "cuda",
@@ -395,8 +439,12 @@ def estimate(
         raise ValueError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
     if micro_batch < 1:
         raise ValueError(f"micro_batch must be at least 1, got {micro_batch}")
-    params = count(name, image_size, num_classes=num_classes, head=head, pool=pool).params
-    s = _saved(name, image_size, num_classes, head, pool, float(dropout), precision, device)
+    params = count(
+        name, image_size, num_classes=num_classes, head=head, pool=pool, pre_logits=pre_logits
+    ).params
+    s = _saved(
+        name, image_size, num_classes, head, pool, pre_logits, float(dropout), precision, device
+    )
     # The loss: fp32 logits and log-softmax (softmax), or logits and multi-hot targets (sigmoid).
     loss_bytes = micro_batch * num_classes * 4 * (1 if loss == "softmax" else 2)
     return MemoryEstimate(

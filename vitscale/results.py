@@ -18,6 +18,8 @@ Columns of the cells frame (:data:`BASE_COLUMNS` first, then metrics, then confi
   ``examples_seen``, ``epochs`` (= examples_seen / num_examples), ``exaflops`` (total
   pre-training compute, paper convention: Fig. 5's x axis), ``params``;
 - run: ``steps``, ``last_step``, ``wall_clock_s``, ``device_hours``, ``seed``;
+  ``published``: True for a published checkpoint's cell (``model.pretrained``; its
+  ``exaflops`` are its recipe's, :mod:`vitscale.published`), drawn apart on Fig. 5;
 - metrics, from result.json:
 
   - ``<metric>``: the *best* value seen during training of every accuracy metric
@@ -113,6 +115,7 @@ BASE_COLUMNS = (
     "wall_clock_s",
     "device_hours",
     "seed",
+    "published",
 )
 # Identity columns repeated on every history row.
 HISTORY_COLUMNS = ("cell_id", "grid", "model", "family", "size", "pretrain_dataset", "num_examples")
@@ -417,6 +420,7 @@ def cell_record(
         "subset": _get(config, "data", "subset"),
         "num_examples": _get(config, "data", "num_examples"),
         "seed": config.get("seed"),
+        "published": bool(_get(config, "model", "pretrained")),
     }
     if isinstance(rec["subset"], list | dict):
         rec["subset"] = str(rec["subset"])

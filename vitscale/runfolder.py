@@ -63,6 +63,8 @@ RESULT_KEYS = (
     "best",  # best value of every accuracy metric seen (Fig. 4's early stopping)
     "finetune",  # {dataset: test top-1} after fine-tuning, {} when none ran
     "time_s",  # wall-clock seconds per phase (vitscale.train.timing.PHASES), all restarts
+    "skipped_samples",  # bad examples replaced (data.skip_bad_samples), all restarts
+    "published",  # a published checkpoint's recipe and compute (vitscale.published), or None
 )
 
 _FEWSHOT_RE = re.compile(r"fewshot/(?P<dataset>[^/]+)/(?P<shots>\d+)shot")

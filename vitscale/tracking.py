@@ -14,23 +14,24 @@ from __future__ import annotations
 
 import json
 import math
-import netrc
 import os
 import warnings
 from pathlib import Path
 from typing import Any
 
 from . import runfolder as rf
+from .wandb_views import keys as W
 
 __all__ = ["Tracker", "wandb_mode"]
 
 
 def _has_api_key() -> bool:
-    if os.environ.get("WANDB_API_KEY"):
-        return True
+    """A key for the configured server (env, netrc or wandb's settings), as wandb finds it."""
+    from .wandb_views.remote import has_api_key
+
     try:
-        return netrc.netrc().authenticators("api.wandb.ai") is not None
-    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return has_api_key()
+    except Exception:  # noqa: BLE001 - an unreadable key file: run offline
         return False
 
 
@@ -89,7 +90,7 @@ class Tracker:
                 project=wcfg["project"],
                 entity=wcfg["entity"],
                 id=cell_id,
-                name=cell_id,
+                name=W.run_name(config, cell_id),
                 resume="allow",
                 group=config.get("grid") or "adhoc",
                 job_type=f"pretrain-{config['data']['dataset']}",
@@ -102,6 +103,8 @@ class Tracker:
             self._wandb.define_metric(rf.EXAMPLES_SEEN)
             self._wandb.define_metric(rf.EXAFLOPS)
             self._wandb.define_metric("*", step_metric=rf.EXAMPLES_SEEN)
+            # The run table of `vitscale wandb dashboard` shows these while the cell runs.
+            self._wandb.summary.update(W.identity(config["model"]["name"]))
         except Exception as e:  # noqa: BLE001 - W&B must never stop training
             self._wandb_failed(e)
 
@@ -124,15 +127,11 @@ class Tracker:
                 self._wandb_failed(e)
 
     def summary(self, result: dict[str, Any]) -> None:
-        """Mirror result.json into the W&B run summary (flattened: best/..., final/...)."""
+        """Mirror result.json into the W&B run summary (flattened: best/..., final/...,
+        finetune/<dataset>/top1; :func:`vitscale.wandb_views.keys.summary_from_result`)."""
         if self._wandb is None:
             return
-        flat = {}
-        for key, value in result.items():
-            if isinstance(value, dict):
-                flat.update({f"{key}/{k}": v for k, v in value.items()})
-            else:
-                flat[key] = value
+        flat = W.summary_from_result(result)
         try:
             self._wandb.summary.update({k: _finite_or_none(v) for k, v in flat.items()})
         except Exception as e:  # noqa: BLE001

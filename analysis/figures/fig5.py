@@ -11,7 +11,10 @@ column, marker = model size), the Pareto frontier of each colour group
 (:mod:`analysis.frontier`) and, with ``fit``, the saturating power law of Zhai et al.
 2021 fitted to that frontier with its bootstrap band (:mod:`analysis.scaling`). A
 panel's ``reference`` frame (the paper's Table 6, for a metric the paper measured under
-the same name) is drawn beside ours as hollow markers.
+the same name) is drawn beside ours as hollow markers. Published checkpoints evaluated
+with our protocol (cells with ``published``: ``model.pretrained``, their compute from
+their recipe) are drawn ringed in black and kept out of the frontiers and fits, which
+describe our own runs.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ __all__ = ["Panel", "PAPER_PANELS", "paper_panels", "plot", "figure", "write", "
 X = "exaflops"
 PAPER_PANELS = ((paper.AVERAGE_5, "Average-5"), (finetune_key("imagenet"), "ImageNet"))
 REFERENCE_LABEL = "paper (Table 6)"
+PUBLISHED_LABEL = "published checkpoint"
 FIT_LABEL = "power-law fit"  # Zhai et al. 2021; dotted past the data
 _MAX_COLUMNS = 3  # panels per row; more panels wrap onto further rows
 
@@ -86,21 +90,28 @@ def _looks(panels: Sequence[Panel], hue: str) -> tuple[dict, dict[str, str]]:
     return colors, style.size_markers(sizes)
 
 
-def _points(ax, data, metric, hue, colors, markers, *, gid, hollow=False) -> None:
+def _points(ax, data, metric, hue, colors, markers, *, gid, hollow=False, ringed=False) -> None:
     for (value, size), group in data.groupby([hue, "size"], sort=False):
         color = colors.get(value, "0.4")
         ax.scatter(
             group[X],
             group[metric],
             marker=markers[str(size)],
-            s=18 if hollow else 14,
+            s=18 if hollow else 26 if ringed else 14,
             facecolors="none" if hollow else color,
-            edgecolors=color,
-            linewidths=0.8 if hollow else 0.4,
-            zorder=2 if hollow else 3,
-            label=f"{value} {size}",
+            edgecolors="black" if ringed else color,
+            linewidths=0.8 if hollow or ringed else 0.4,
+            zorder=2 if hollow else 5 if ringed else 3,
+            label=f"{value} {size}" + (" (published)" if ringed else ""),
             gid=gid,
         )
+
+
+def _published(data: pd.DataFrame) -> pd.Series:
+    """Rows that are published checkpoints (False where the frame has no such column)."""
+    if "published" not in data.columns:
+        return pd.Series(False, index=data.index)
+    return data["published"].fillna(False).astype(bool)
 
 
 def plot(
@@ -120,11 +131,14 @@ def plot(
     colors, markers = looks or _looks([panel], hue)
     hue = _hue(panel.frame, hue)
     metric = panel.metric
-    data = finished(panel.frame, [X, metric, hue, "size"])
+    every = finished(panel.frame, [X, metric, hue, "size"])
+    published = _published(every)
+    data = every[~published]
     if panel.reference is not None:
         ref = finished(panel.reference, [X, metric, "family", "size"])
         _points(ax, ref, metric, "family", colors, markers, gid="reference", hollow=True)
     _points(ax, data, metric, hue, colors, markers, gid="points")
+    _points(ax, every[published], metric, hue, colors, markers, gid="published", ringed=True)
     for value in hue_order(data, hue):
         group = data[data[hue] == value]
         front = group.iloc[pareto_frontier(group[X].to_numpy(float), group[metric])]
@@ -139,7 +153,7 @@ def plot(
         )
         if fit:
             _fit(ax, group, metric, colors[value], bootstrap)
-    xs = [data[X]] + ([ref[X]] if panel.reference is not None else [])
+    xs = [every[X]] + ([ref[X]] if panel.reference is not None else [])
     log_x(ax, pd.concat(xs))
     ax.set_xlabel(M.axis_label(X))
     ax.set_ylabel(M.label(metric))
@@ -156,12 +170,20 @@ def _fit(ax, group: pd.DataFrame, metric: str, color: str, bootstrap: int) -> No
     scaling.plot_fit(ax, law, color=color, extrapolate=3.0)
 
 
-def _legend(fig, colors: dict, markers: dict[str, str], *, reference: bool, fit: bool) -> None:
-    """Colours (drawn as the frontier line), then sizes (markers), the paper, the fit."""
+def _legend(
+    fig, colors: dict, markers: dict[str, str], *, reference: bool, fit: bool, published: bool
+) -> None:
+    """Colours (drawn as the frontier line), then sizes (markers), the paper, published
+    checkpoints, the fit."""
     handles = [style.line_handle(c) for c in colors.values()]
     labels = [str(v) for v in colors]
     handles += [style.marker_handle(m) for m in markers.values()]
     labels += list(markers)
+    if published:
+        ring = style.marker_handle("o")
+        ring.set_markeredgecolor("black")
+        handles.append(ring)
+        labels.append(PUBLISHED_LABEL)
     if reference:
         handles.append(style.marker_handle("o", filled=False))
         labels.append(REFERENCE_LABEL)
@@ -195,7 +217,8 @@ def figure(
             ax.set_visible(False)
         drawn_fit = any(ln.get_gid() == "fit" for ax in axes for ln in ax.lines)
         reference = any(p.reference is not None for p in panels)
-        _legend(fig, *looks, reference=reference, fit=drawn_fit)
+        published = any(c.get_gid() == "published" for ax in axes for c in ax.collections)
+        _legend(fig, *looks, reference=reference, fit=drawn_fit, published=published)
     return fig
 
 

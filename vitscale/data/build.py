@@ -43,6 +43,10 @@ def _base(
     held-out fraction (real sources; the synthetic tasks have a separate val stream)."""
     _split(name, split)
     source, path = parse_name(name)
+    if source == "shards":
+        from .shardset import load_shards
+
+        return load_shards(name, split, image_size=image_size, augment=augment)
     if source in TASKS:
         if augment:
             raise ValueError(
@@ -81,6 +85,8 @@ def build_dataset(
     class_balanced: bool = False,
     augment: bool | None = None,
     download: bool = False,
+    shuffle_shards: int | None = None,
+    skip_bad_samples: int = 0,
 ) -> Dataset:
     """One split of a dataset as a torch ``Dataset`` of (image, target).
 
@@ -103,7 +109,26 @@ def build_dataset(
         augment: training augmentation (Inception crop + flip) instead of the evaluation
             resize + centre crop; default: on for train and minitrain of real sources.
         download: let torchvision fetch CIFAR, Pets or Flowers into ``root``.
+        shuffle_shards, skip_bad_samples: sharded sources only
+            (:mod:`vitscale.data.shardset`): shards shuffled together in the pre-training
+            stream, and bad examples replaced instead of stopping the run. A sharded
+            subset is whole shards in a seeded order plus a count
+            (:func:`vitscale.data.shardindex.select`), recorded in ``dataset.selection``.
     """
+    if parse_name(name)[0] == "shards":
+        from .shardset import load_shards
+
+        return load_shards(
+            name,
+            split,
+            image_size=image_size,
+            subset=subset,
+            seed=seed,
+            augment=augment,
+            class_balanced=class_balanced,
+            shuffle_shards=shuffle_shards,
+            skip_bad_samples=skip_bad_samples,
+        )
     ds = _base(name, split, root=root, image_size=image_size, augment=augment, download=download)
     if subset is None:
         return ds
@@ -168,6 +193,15 @@ def known_size(name: str, *, root: str | Path | None = None) -> int | None:
     source, _ = parse_name(name)
     if source in TASKS:
         return TASKS[source].split_size("train")
+    if source == "shards":
+        from .shardindex import load_index, parse_location, split_shards
+
+        try:
+            folder, pattern = parse_location(name)
+            shards = split_shards(name, load_index(name, folder), "train", pattern)
+        except ValueError:  # no index here (yet): unknown, like a folder source
+            return None
+        return sum(s.nsamples for s in shards)
     return SOURCES[source].size("train")
 
 
@@ -181,6 +215,8 @@ def check_available(
         source, path = parse_name(name)
     except ValueError as e:
         return [str(e)]
+    if source == "shards":
+        return _check_shards(name, subset)
     problems = []
     if source not in TASKS and not download:
         where = (
@@ -199,6 +235,29 @@ def check_available(
         except ValueError as e:
             problems.append(f"{name}: {e}")
     return problems
+
+
+_CHECKED: set[tuple[str, str]] = set()  # (name, index digest): shards stat-ed once per process
+
+
+def _check_shards(name: str, subset: SubsetSpec) -> list[str]:
+    """:func:`check_available` for a sharded set: the index, the pattern, the subset, and
+    every train and test shard there with its indexed size (one ``stat`` each, once)."""
+    from .shardindex import check_shards, load_index, parse_location, split_shards
+
+    try:
+        folder, pattern = parse_location(name)
+        index = load_index(name, folder)
+        train = split_shards(name, index, "train", pattern)
+        if subset is not None:
+            subset_size(sum(s.nsamples for s in train), subset)
+        if (name, index.sha256) not in _CHECKED:
+            test = split_shards(name, index, "test", None) if index.test_split() else ()
+            check_shards(name, index, train + test)
+            _CHECKED.add((name, index.sha256))
+    except ValueError as e:
+        return [str(e)]
+    return []
 
 
 def all_targets(ds: Dataset) -> np.ndarray:

@@ -101,9 +101,20 @@ def build_loader(
     ``batch_size`` is per process. With ``num_workers > 0`` batches are rendered or decoded
     in worker processes; real datasets' random augmentation then draws from the workers'
     seeds, so only ``num_workers=0`` resumes bit-exactly with augmentation on (the
-    synthetic set has no augmentation and resumes exactly either way). Workers ignore
-    SLURM's signals, which the trainer handles (:mod:`vitscale.data.workers`).
+    synthetic set has no augmentation and resumes exactly either way). A sharded set
+    (``shards:``) computes its own stream (:mod:`vitscale.data.shardset`), exact with
+    workers and augmentation too. Workers ignore SLURM's signals, which the trainer
+    handles (:mod:`vitscale.data.workers`).
     """
+    if hasattr(dataset, "stream_loader"):
+        return dataset.stream_loader(
+            batch_size=batch_size,
+            seed=seed,
+            num_replicas=num_replicas,
+            rank=rank,
+            start_step=start_step,
+            num_workers=num_workers,
+        )
     sampler = StepBatchSampler(
         len(dataset),
         batch_size=batch_size,

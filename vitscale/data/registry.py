@@ -16,6 +16,9 @@ Names:
   ``/path/test/<class>/*`` (or ``/path/val/<class>/*`` when there is no ``test``).
 - ``multilabel:/path``: the same tree plus ``/path/labels.tsv`` giving every image's
   further labels: the JFT / ImageNet-21k shape, multi-hot targets for the sigmoid loss.
+- ``shards:/path`` (or ``shards:/path/train-{000000..001023}.tar``): WebDataset tar
+  shards with an ``index.json``, the format for pre-training at the paper's scale
+  (:mod:`vitscale.data.shardindex`); single- or multi-label.
 
 Splits, for every source:
 
@@ -49,7 +52,7 @@ __all__ = [
 ]
 
 SPLITS = ("train", "minitrain", "val", "test")
-FOLDER_KINDS = ("imagefolder", "multilabel")
+FOLDER_KINDS = ("imagefolder", "multilabel", "shards")
 LABEL_FILE = "labels.tsv"
 ROOT_ENV = "VITSCALE_DATA"
 
@@ -167,6 +170,17 @@ SOURCES: dict[str, SourceInfo] = {
             "further labels (class folder names)",
             how_to_get="export the images one folder per primary label and write the other "
             f"labels to {LABEL_FILE}",
+        ),
+        SourceInfo(
+            name="shards",
+            title="WebDataset tar shards (pre-training at scale)",
+            num_classes=None,
+            sizes=(),
+            val_fraction=0.1,
+            expected="<split>-NNNNNN.tar shards (<key>.jpg + <key>.cls or <key>.json) and "
+            "index.json; the name may end in a shard pattern (train-{000000..001023}.tar)",
+            how_to_get="`vitscale data shard SRC DEST --shard-size N` converts any source above; "
+            "`vitscale data index DIR` indexes WebDataset shards made elsewhere",
         ),
     )
 }

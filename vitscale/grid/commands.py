@@ -123,7 +123,12 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
             "skip-failed": "failed (no retries left)",
         }[actions[c.cell.id]]
         examples = None if c.examples_seen is None else _short(c.examples_seen)
-        d = c.cell.config.data
+        d, m = c.cell.config.data, c.cell.config.model
+        if m.pretrained:  # nothing to train: its Fig. 5 compute is its recipe's
+            from ..published import published_compute
+
+            pub = published_compute(m.name, m.pretrained_dataset, m.pretrained_epochs)
+            state += f" (published: {pub.exaflops:.4g} exaFLOPs pre-trained)"
         print(
             f"{c.cell.id:<10} {c.cell.config.model.name:<17} {_patch(c.cell.config.model.name):>5} "
             f"{_dataset(d.dataset):<12} {_subset(d.subset):>8} {fmt(c.steps, ','):>9} {fmt(examples, ''):>10} "

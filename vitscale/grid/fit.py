@@ -30,7 +30,7 @@ class CellFit:
     device: str  # "cuda" on a GPU profile, "cpu" otherwise
     precision: str
     pretrain: memory.MemoryEstimate  # at ``micro_batch`` (at 1 when nothing fits)
-    micro_batch: int | None  # None: fits at no micro-batch
+    micro_batch: int | None  # None: fits at no micro-batch (or no pre-training steps)
     per_process_batch: int
     finetune: memory.MemoryEstimate | None  # the hungriest fine-tuning set, if any
     finetune_micro_batch: int | None
@@ -40,7 +40,10 @@ class CellFit:
 
     @property
     def memory_gib(self) -> float:
-        peak = max(self.pretrain.total, self.finetune.total if self.finetune else 0)
+        trains = self.cell.config.train.steps != 0
+        peak = max(
+            self.pretrain.total if trains else 0, self.finetune.total if self.finetune else 0
+        )
         return peak / memory.GiB
 
 
@@ -77,27 +80,36 @@ def fit_cell(cell: Cell, resources: dict, profile: Profile, *, where: str) -> Ce
         image_size=size,
         num_classes=num_classes(cfg.data.dataset),
         head="pretrain",
+        pre_logits=cfg.model.pre_logits,
         dropout=cfg.model.dropout or 0.0,
         loss=cfg.train.loss or "softmax",
         optimizer="adamw",
         **common,
     )
-    micro, estimate = _choose(
-        cfg.train.micro_batch_size,
-        per_process,
-        budget,
-        "train.micro_batch_size",
-        label,
-        problems,
-        pre,
-    )
+    if cfg.train.steps == 0:  # a published checkpoint, evaluated as it is: no pre-training
+        micro, estimate = None, memory.estimate(micro_batch=per_process, **pre)
+    else:
+        micro, estimate = _choose(
+            cfg.train.micro_batch_size,
+            per_process,
+            budget,
+            "train.micro_batch_size",
+            label,
+            problems,
+            pre,
+        )
 
     ft = cfg.eval.finetune
     ft_micro = ft_estimate = ft_per_process = None
     if ft.datasets:
         ft_per_process = max(1, ft.batch_size // processes)
         pretrain_params = count(
-            name, size, num_classes=pre["num_classes"], head="pretrain", pool=cfg.model.pool
+            name,
+            size,
+            num_classes=pre["num_classes"],
+            head="pretrain",
+            pool=cfg.model.pool,
+            pre_logits=cfg.model.pre_logits,
         ).params
         choices = []
         for dataset in ft.datasets:

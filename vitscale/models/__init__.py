@@ -8,14 +8,27 @@ from __future__ import annotations
 
 from .names import family, list_models, parse
 
-__all__ = ["create_model", "list_models", "parse", "family", "resize_pos_embed"]
+__all__ = [
+    "create_model",
+    "load_pretrained",
+    "list_models",
+    "parse",
+    "family",
+    "resize_pos_embed",
+]
 
 
 def __getattr__(name: str):
-    if name in ("create_model", "resize_pos_embed"):
-        from . import factory, vit
+    if name == "create_model":
+        from .factory import create_model
 
-        return {"create_model": factory.create_model, "resize_pos_embed": vit.resize_pos_embed}[
-            name
-        ]
+        return create_model
+    if name == "load_pretrained":
+        from .pretrained import load_pretrained
+
+        return load_pretrained
+    if name == "resize_pos_embed":
+        from .vit import resize_pos_embed
+
+        return resize_pos_embed
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,11 @@
-"""``create_model``: a registry name -> an initialised ``nn.Module``."""
+"""``create_model``: a registry name -> an initialised (or pre-trained) ``nn.Module``."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
+import torch
 from torch import nn
 
 from .names import HybridSpec, ResNetSpec, ViTSpec, check_resolution, parse
@@ -19,6 +23,8 @@ def create_model(
     head: str = "pretrain",
     pool: str | None = None,
     dropout: float = 0.0,
+    pre_logits: bool | None = None,
+    pretrained: str | os.PathLike | Mapping[str, torch.Tensor] | None = None,
 ) -> nn.Module:
     """Build the model a registry name describes (see :mod:`vitscale.models.names`).
 
@@ -26,7 +32,30 @@ def create_model(
     average pooling); ``None`` picks the family's paper default: token for ViT and
     hybrids, gap for BiT, which has no other. ``dropout`` applies to ViT encoders (paper
     Table 3: 0.1 on ImageNet and ImageNet-21k, 0 on JFT); BiT uses none.
+
+    ``pre_logits`` is the pre-training head's hidden tanh layer (paper Sec. 3.1: "a MLP
+    with one hidden layer at pre-training time"); ``None`` picks the paper's default, on
+    for ViT and hybrids; ``False`` gives a linear pre-training head, as BiT has and as
+    big_vision's ViT defaults to (``rep_size=False``). Fine-tuning heads never have it.
+
+    ``pretrained``: a checkpoint file (or timm / Hugging Face model folder, or a state
+    dict) in any layout :func:`~vitscale.models.load_pretrained` reads. Every trunk weight
+    must match; the pre-logits layer follows the checkpoint; its classifier is kept when
+    it has ``num_classes`` outputs over the same features, else a fresh one is initialised
+    as the paper's (timm's convention for a new label set).
     """
+    if pretrained is not None:
+        from .pretrained import build_pretrained
+
+        return build_pretrained(
+            name,
+            pretrained,
+            num_classes=num_classes,
+            image_size=image_size,
+            head=head,
+            pool=pool,
+            dropout=dropout,
+        )
     spec = parse(name)
     check_resolution(spec, image_size)
     if pool is not None and pool not in POOLS:
@@ -34,6 +63,10 @@ def create_model(
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
     if isinstance(spec, ResNetSpec):
+        if pre_logits:
+            raise ValueError(
+                f"{spec.name}: BiT has no pre-logits layer; valid pre_logits: None, False"
+            )
         if pool not in (None, "gap"):
             raise ValueError(
                 f"{spec.name}: BiT ResNets pool by global average only; valid pool: 'gap'"
@@ -59,5 +92,6 @@ def create_model(
         head=head,
         pool=pool or "token",
         dropout=dropout,
+        representation=pre_logits is not False,
         **stem_kwargs,
     )

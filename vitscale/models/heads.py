@@ -33,8 +33,12 @@ class Head(nn.Module):
         if self.dense is not None:
             nn.init.xavier_uniform_(self.dense.weight)
             nn.init.zeros_(self.dense.bias)
+        self.reset_classifier()
+
+    def reset_classifier(self) -> None:
+        """The paper's fresh classifier: zero kernel, bias -10 (pre-training) or 0."""
         nn.init.zeros_(self.classifier.weight)
-        nn.init.constant_(self.classifier.bias, PRETRAIN_BIAS if kind == "pretrain" else 0.0)
+        nn.init.constant_(self.classifier.bias, PRETRAIN_BIAS if self.kind == "pretrain" else 0.0)
 
     def pre_logits(self, pooled: torch.Tensor) -> torch.Tensor:
         return pooled if self.dense is None else torch.tanh(self.dense(pooled))

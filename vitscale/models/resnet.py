@@ -8,6 +8,25 @@ depend on the per-device batch. Global average pooling, then the head.
 The hybrid's trunk (paper Sec. 3.1) is the official code's post-activation ResNet with the
 same GroupNorm + weight standardisation; its output feature map is the "image" the ViT
 cuts into 1x1 patches.
+
+The two official codes differ in small numerical details, and each model here follows its
+own source exactly, so that the published checkpoints compute what they computed:
+
+=====================  ==============================  ====================================
+detail                 BiT (google-research/            hybrid trunk (google-research/
+                       big_transfer, all three of       vision_transformer, models_vit.py
+                       bit_jax, bit_pytorch, bit_tf2)   and models_resnet.py)
+=====================  ==============================  ====================================
+weight std.            (w - mean) / sqrt(var + 1e-10)   (w - mean) / (std + 1e-5)
+GroupNorm epsilon      1e-5                             1e-6 (flax.linen default)
+7x7/2 stem conv        pad 3 on every side              "SAME": (2, 3) on an even input
+3x3/2 max-pool         zero pad 1, then no padding      "SAME": (0, 1), after GN + ReLU
+3x3/2 unit conv        pad 1 on every side              "SAME": (0, 1) on an even input
+=====================  ==============================  ====================================
+
+timm's ports depart from both in the epsilons (weight std. sqrt(var + 1e-8) for both,
+GroupNorm 1e-5 in the hybrid); big_vision's ``bit_paper.py`` pads the BiT stem's
+max-pool with -inf where big_transfer pads the (signed) conv output with zeros.
 """
 
 from __future__ import annotations
@@ -19,27 +38,77 @@ from torch import nn
 
 from .heads import Head
 from .names import ResNetSpec
+from .padding import same_padding
 
-__all__ = ["StdConv2d", "ResNetV2", "ResNetTrunk"]
+__all__ = ["StdConv2d", "SameStdConv2d", "ResNetV2", "ResNetTrunk"]
 
 GN_GROUPS = 32
+BIT_WS_EPS = 1e-10  # big_transfer: inside the square root, with the variance
+BIT_GN_EPS = 1e-5
+HYBRID_WS_EPS = 1e-5  # vision_transformer models_resnet.weight_standardize: added to the std
+HYBRID_GN_EPS = 1e-6  # flax.linen.GroupNorm's default
 
 
 class StdConv2d(nn.Conv2d):
-    """Convolution with a weight standardised per output channel (Qiao et al. 2019)."""
+    """Convolution with a weight standardised per output channel (Qiao et al. 2019), as BiT:
+    ``(w - mean) / sqrt(var + eps)``."""
 
-    def __init__(self, *args, eps: float = 1e-8, **kwargs) -> None:
-        super().__init__(*args, bias=False, **kwargs)
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        *,
+        stride: int = 1,
+        padding: int = 0,
+        eps: float = BIT_WS_EPS,
+    ) -> None:
+        super().__init__(
+            in_channels, out_channels, kernel_size, stride=stride, padding=padding, bias=False
+        )
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def standardized_weight(self) -> torch.Tensor:
         # (w - mean) / sqrt(var + eps) per output channel, as one fused op: batch norm over
         # the kernel seen as a batch of one with out_channels channels (2-3x faster than
         # var_mean and arithmetic, forward and backward).
         flat = rearrange(self.weight, "o i h w -> 1 o (i h w)")
         weight = F.batch_norm(flat, None, None, training=True, momentum=0.0, eps=self.eps)
-        weight = weight.reshape_as(self.weight)
-        return F.conv2d(x, weight, None, self.stride, self.padding, self.dilation, self.groups)
+        return weight.reshape_as(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(x, self.standardized_weight(), None, self.stride, self.padding)
+
+
+class SameStdConv2d(StdConv2d):
+    """The hybrid trunk's convolution (vision_transformer ``models_resnet.StdConv``):
+    ``(w - mean) / (std + eps)`` and flax's "SAME" padding, worked out from the input size
+    (:func:`~vitscale.models.padding.same_padding`)."""
+
+    def __init__(
+        self, in_channels: int, out_channels: int, kernel_size: int, *, stride: int = 1
+    ) -> None:
+        super().__init__(in_channels, out_channels, kernel_size, stride=stride, eps=HYBRID_WS_EPS)
+
+    def standardized_weight(self) -> torch.Tensor:
+        var, mean = torch.var_mean(self.weight, dim=(1, 2, 3), keepdim=True, correction=0)
+        return (self.weight - mean) / (var.sqrt() + self.eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(
+            _pad_same(x, self.kernel_size[0], self.stride[0]),
+            self.standardized_weight(),
+            None,
+            self.stride,
+        )
+
+
+def _pad_same(x: torch.Tensor, kernel: int, stride: int, value: float = 0.0) -> torch.Tensor:
+    top, bottom = same_padding(x.shape[-2], kernel, stride)
+    left, right = same_padding(x.shape[-1], kernel, stride)
+    if not (top or bottom or left or right):
+        return x
+    return F.pad(x, (left, right, top, bottom), value=value)
 
 
 def _gn(channels: int, eps: float) -> nn.GroupNorm:
@@ -52,9 +121,10 @@ class PreActBottleneck(nn.Module):
 
     def __init__(self, *, cin: int, mid: int, cout: int, stride: int) -> None:
         super().__init__()
-        self.norm1, self.conv1 = _gn(cin, 1e-5), StdConv2d(cin, mid, 1)
-        self.norm2, self.conv2 = _gn(mid, 1e-5), StdConv2d(mid, mid, 3, stride=stride, padding=1)
-        self.norm3, self.conv3 = _gn(mid, 1e-5), StdConv2d(mid, cout, 1)
+        self.norm1, self.conv1 = _gn(cin, BIT_GN_EPS), StdConv2d(cin, mid, 1)
+        self.norm2 = _gn(mid, BIT_GN_EPS)
+        self.conv2 = StdConv2d(mid, mid, 3, stride=stride, padding=1)
+        self.norm3, self.conv3 = _gn(mid, BIT_GN_EPS), StdConv2d(mid, cout, 1)
         self.downsample = (
             StdConv2d(cin, cout, 1, stride=stride) if stride != 1 or cin != cout else None
         )
@@ -74,13 +144,16 @@ class Bottleneck(nn.Module):
 
     def __init__(self, *, cin: int, mid: int, cout: int, stride: int) -> None:
         super().__init__()
-        self.conv1, self.norm1 = StdConv2d(cin, mid, 1), _gn(mid, 1e-6)
-        self.conv2, self.norm2 = StdConv2d(mid, mid, 3, stride=stride, padding=1), _gn(mid, 1e-6)
-        self.conv3, self.norm3 = StdConv2d(mid, cout, 1), _gn(cout, 1e-6)
+        self.conv1, self.norm1 = SameStdConv2d(cin, mid, 1), _gn(mid, HYBRID_GN_EPS)
+        self.conv2 = SameStdConv2d(mid, mid, 3, stride=stride)
+        self.norm2 = _gn(mid, HYBRID_GN_EPS)
+        self.conv3, self.norm3 = SameStdConv2d(mid, cout, 1), _gn(cout, HYBRID_GN_EPS)
         nn.init.zeros_(self.norm3.weight)
         self.proj = None
         if stride != 1 or cin != cout:
-            self.proj = nn.Sequential(StdConv2d(cin, cout, 1, stride=stride), _gn(cout, 1e-6))
+            self.proj = nn.Sequential(
+                SameStdConv2d(cin, cout, 1, stride=stride), _gn(cout, HYBRID_GN_EPS)
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shortcut = x if self.proj is None else self.proj(x)
@@ -108,33 +181,40 @@ def _init_convs(module: nn.Module) -> None:
 
 
 class ResNetTrunk(nn.Module):
-    """Post-activation stem + stages: the hybrid's patch embedding (no pooling, no head)."""
+    """Post-activation stem + stages: the hybrid's patch embedding (no pooling, no head).
+
+    Root block as ``models_vit.py``: 7x7/2 conv, GN, ReLU, 3x3/2 max-pool, all "SAME"."""
 
     def __init__(self, spec: ResNetSpec) -> None:
         super().__init__()
-        self.conv = StdConv2d(3, spec.stem_channels, 7, stride=2, padding=3)
-        self.norm = _gn(spec.stem_channels, 1e-6)
-        self.pool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.conv = SameStdConv2d(3, spec.stem_channels, 7, stride=2)
+        self.norm = _gn(spec.stem_channels, HYBRID_GN_EPS)
         self.stages = _stages(spec)
         _init_convs(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.stages(self.pool(F.relu(self.norm(self.conv(x)))))
+        x = F.relu(self.norm(self.conv(x)))
+        x = F.max_pool2d(_pad_same(x, 3, 2, value=float("-inf")), 3, stride=2)
+        return self.stages(x)
 
 
 class ResNetV2(nn.Module):
-    """BiT ResNet-v2: stem (7x7/2 conv, 3x3/2 max-pool), pre-activation stages, final
-    GN-ReLU, global average pooling, head. Its pre-logits are the pooled features."""
+    """BiT ResNet-v2: stem (7x7/2 conv, zero pad, 3x3/2 max-pool), pre-activation stages,
+    final GN-ReLU, global average pooling, head. Its pre-logits are the pooled features."""
 
     def __init__(self, *, spec: ResNetSpec, num_classes: int, head: str = "pretrain") -> None:
         super().__init__()
         self.image_channels = 3
+        # big_transfer pads the stem conv's output with zeros, then pools without padding
+        # (its bit_pytorch notes that MaxPool2d(padding=1), i.e. -inf, "is subtly not the
+        # same": the conv output is signed, there is no ReLU before the pool).
         self.stem = nn.Sequential(
             StdConv2d(3, spec.stem_channels, 7, stride=2, padding=3),
-            nn.MaxPool2d(3, stride=2, padding=1),
+            nn.ConstantPad2d(1, 0.0),
+            nn.MaxPool2d(3, stride=2),
         )
         self.stages = _stages(spec)
-        self.norm = _gn(spec.out_channels, 1e-5)
+        self.norm = _gn(spec.out_channels, BIT_GN_EPS)
         self.head = Head(
             width=spec.out_channels, num_classes=num_classes, kind=head, pre_logits_layer=False
         )

@@ -9,6 +9,12 @@ Initialisation follows the official code (google-research/vision_transformer): d
 kernels xavier-uniform with biases ~N(0, 1e-6), position embedding ~N(0, 0.02), class
 token zeros, head kernel zeros. The hybrid (Sec. 3.1, "Hybrid Architecture") is this
 class with a ResNet trunk as ``stem`` and 1x1 patches on its feature map.
+
+Numerics follow the official code too, where ports depart from it: the MLP's GELU is
+flax's default, the tanh approximation (timm and Hugging Face use the exact erf form),
+LayerNorm epsilon is 1e-6 (flax; Hugging Face uses 1e-12), and a position embedding is
+resized as the official ``interpolate_posembed`` does (``scipy.ndimage.zoom``, order 1:
+bilinear with the corner pixels aligned; timm resizes bicubically).
 """
 
 from __future__ import annotations
@@ -70,7 +76,8 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """Two dense layers with GELU; dropout after each (paper Appendix B.1)."""
+    """Two dense layers with GELU; dropout after each (paper Appendix B.1). The GELU is
+    flax's ``nn.gelu``, whose default is the tanh approximation: the official models'."""
 
     def __init__(self, *, dim: int, hidden: int, dropout: float = 0.0) -> None:
         super().__init__()
@@ -79,7 +86,7 @@ class MLP(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.fc2(self.drop(F.gelu(self.fc1(x)))))
+        return self.drop(self.fc2(self.drop(F.gelu(self.fc1(x), approximate="tanh"))))
 
     def init_weights(self) -> None:
         for fc in (self.fc1, self.fc2):
@@ -108,8 +115,10 @@ def resize_pos_embed(
     """Resize a ``(1, prefix + h*w, D)`` position embedding to a new patch grid.
 
     Bilinear 2-D interpolation over the grid (paper Sec. 3.2, "Fine-tuning and higher
-    resolution"); the class-token embedding is kept as it is, as in the official code.
-    The old grid must be square (the models here are).
+    resolution"); the class-token embedding is kept as it is. Exactly the official
+    ``interpolate_posembed`` (vision_transformer ``checkpoint.py``, big_vision
+    ``resample_posemb``): ``scipy.ndimage.zoom(order=1)``, which maps the corner pixel
+    centres onto each other (``align_corners=True``). The old grid must be square.
     """
     prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
     old = math.isqrt(grid.shape[1])
@@ -118,7 +127,8 @@ def resize_pos_embed(
     if (old, old) == tuple(new_grid):
         return pos_embed
     grid = rearrange(grid, "1 (h w) d -> 1 d h w", h=old)
-    grid = F.interpolate(grid.float(), size=tuple(new_grid), mode="bilinear", align_corners=False)
+    work = torch.promote_types(grid.dtype, torch.float32)  # half precision: interpolate in fp32
+    grid = F.interpolate(grid.to(work), size=tuple(new_grid), mode="bilinear", align_corners=True)
     grid = rearrange(grid.to(pos_embed.dtype), "1 d h w -> 1 (h w) d")
     return torch.cat([prefix, grid], dim=1)
 
@@ -129,7 +139,9 @@ class VisionTransformer(nn.Module):
     ``pool="token"`` prepends a learnable class token and reads it out (paper); ``"gap"``
     averages the patch tokens and has no class token (paper Appendix D.3: works as well
     with a different learning rate). ``head`` picks the paper's pre-training head (tanh
-    pre-logits, bias -10) or the fine-tuning head (one zero-initialised linear layer).
+    pre-logits, bias -10) or the fine-tuning head (one zero-initialised linear layer);
+    ``representation=False`` leaves the pre-logits layer out of a pre-training head, as the
+    official configs with ``representation_size=None`` (most published fine-tuned ViTs).
     """
 
     def __init__(
@@ -145,9 +157,11 @@ class VisionTransformer(nn.Module):
         head: str = "pretrain",
         pool: str = "token",
         dropout: float = 0.0,
+        pre_logits: bool = True,
         stem: nn.Module | None = None,
         stem_channels: int = 3,
         stem_downsample: int = 1,
+        representation: bool = True,
     ) -> None:
         super().__init__()
         if pool not in ("token", "gap"):
@@ -174,7 +188,9 @@ class VisionTransformer(nn.Module):
             *(Block(dim=width, heads=heads, mlp_dim=mlp_dim, dropout=dropout) for _ in range(depth))
         )
         self.norm = nn.LayerNorm(width, eps=LN_EPS)
-        self.head = Head(width=width, num_classes=num_classes, kind=head)
+        self.head = Head(
+            width=width, num_classes=num_classes, kind=head, pre_logits_layer=representation
+        )
         self.init_weights()
         self._register_load_state_dict_pre_hook(self._resize_pos_embed_on_load)
 

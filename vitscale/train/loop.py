@@ -33,6 +33,7 @@ from ..config import Config, ConfigError, cell_id, resolve, to_steps
 from ..data import build_dataset, build_loader
 from ..evals.transfer import TransferEvaluator
 from ..models import create_model
+from ..published import published_compute
 from ..tracking import Tracker
 from . import checkpoint, finetune_progress
 from .optim import build_adamw, build_schedule
@@ -110,6 +111,8 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
         seed=cfg.seed,
         download=d.download,
         class_balanced=d.class_balanced,
+        shuffle_shards=d.shuffle_shards,
+        skip_bad_samples=d.skip_bad_samples,
     )
     num_examples = len(train_set)
     total_steps = to_steps(
@@ -128,6 +131,8 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
     resolved["cell_id"] = cid
     resolved["data"]["num_examples"] = num_examples
     resolved["data"]["num_classes"] = train_set.num_classes
+    if getattr(train_set, "selection", None):  # a sharded subset: exactly which examples
+        resolved["data"]["selection"] = train_set.selection
     resolved["train"]["total_steps"] = total_steps
     if is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -136,16 +141,29 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
 
     # 3. Model and optimiser ----------------------------------------------------------
     name = cfg.model.name
-    model = create_model(
-        name,
-        num_classes=train_set.num_classes,
-        image_size=d.image_size,
-        head="pretrain",
-        pool=cfg.model.pool,
-        dropout=cfg.model.dropout,
+    try:
+        model = create_model(
+            name,
+            num_classes=train_set.num_classes,
+            image_size=d.image_size,
+            head="pretrain",
+            pool=cfg.model.pool,
+            dropout=cfg.model.dropout,
+            pre_logits=cfg.model.pre_logits,
+            pretrained=cfg.model.pretrained,  # a published checkpoint to start from (or None)
+        )
+    except (FileNotFoundError, ValueError) as e:  # a checkpoint missing, unsafe or unfit
+        raise ConfigError([f"model.pretrained: {e}"]) from None
+    published = cfg.model.pretrained and published_compute(
+        name, cfg.model.pretrained_dataset, cfg.model.pretrained_epochs
     )
     cost = flops.count(
-        name, d.image_size, num_classes=train_set.num_classes, head="pretrain", pool=cfg.model.pool
+        name,
+        d.image_size,
+        num_classes=train_set.num_classes,
+        head="pretrain",
+        pool=cfg.model.pool,
+        pre_logits=cfg.model.pre_logits,
     )
     micro = micro_batch_for(
         cfg, per_process=per_process, num_classes=train_set.num_classes, device=device
@@ -174,17 +192,25 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
 
     # 4. Resume -----------------------------------------------------------------------
     ckpt_dir = run_dir / rf.CHECKPOINTS
-    progress = {"step": 0, "best": {}, "elapsed_s": 0.0, "restarts": 0, "time_s": {}}
+    progress = {
+        "step": 0,
+        "best": {},
+        "elapsed_s": 0.0,
+        "restarts": 0,
+        "time_s": {},
+        "skipped_samples": 0,  # bad examples replaced (data.skip_bad_samples), all processes
+        "skipped": [],  # which ones, as this process (rank 0) saw them
+    }
     if (latest := checkpoint.latest(ckpt_dir)) is not None:
         state, rng = checkpoint.load(latest, rank=rank)
         unwrapped.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
-        progress = state["progress"]
+        progress |= state["progress"]
         tuned = finetune_progress.read(run_dir).get("progress")
         if tuned and tuned["restarts"] >= progress["restarts"]:  # stopped while fine-tuning
-            progress = progress | {k: tuned[k] for k in ("elapsed_s", "time_s", "restarts")}
-        progress = progress | {"restarts": progress["restarts"] + 1}
+            progress |= {k: tuned[k] for k in ("elapsed_s", "time_s", "restarts")}
+        progress["restarts"] += 1
         if rng is not None:
             checkpoint.set_rng_state(rng)
         accelerator.print(
@@ -218,8 +244,9 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
     def examples_seen(at_step: int) -> int:
         return at_step * cfg.train.batch_size
 
-    def exaflops(at_step: int) -> float:
-        return cost.train_flops_per_example * examples_seen(at_step) / 1e18
+    def exaflops(at_step: int) -> float:  # a published start counts its own pre-training
+        ours = cost.train_flops_per_example * examples_seen(at_step) / 1e18
+        return ours + (published.exaflops if published else 0.0)
 
     def clock() -> dict[str, Any]:
         """The progress to save now: steps, wall-clock and time per phase so far."""
@@ -270,7 +297,7 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
             "steps": step,
             "examples_seen": examples_seen(step),
             "pretrain_exaflops": exaflops(step),
-            "params": cost.params,
+            "params": sum(p.numel() for p in unwrapped.parameters()),
             "wall_clock_s": wall,
             "device_hours": wall * world / 3600,
             "final": final or {},
@@ -280,6 +307,9 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
             "num_processes": world,
             "restarts": progress["restarts"],
             "time_s": dict(watch.totals),
+            "skipped_samples": progress["skipped_samples"],
+            "skipped": progress["skipped"],
+            "published": published.as_dict() if published else None,
         }
         if is_main:
             rf.write_json_atomic(run_dir / rf.RESULT, result)
@@ -295,10 +325,15 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
     # The first step whose loss or gradient was not finite, on the device: read only at
     # sync steps, so the host never waits for the device in between.
     first_bad = torch.zeros((), dtype=torch.int64, device=device)
+    skipped_since_sync = 0  # bad examples this process's loader replaced (sharded sets)
     try:
         while step < total_steps:
             with watch("data"):
-                images, targets = next(batches)
+                batch = next(batches)
+                skipped = getattr(batch, "skipped", ())  # sharded sets: bad examples replaced
+                skipped_since_sync += len(skipped)
+                progress["skipped"] = (progress["skipped"] + list(skipped))[:100]
+                images, targets = batch
                 images, targets = (
                     images.to(device, non_blocking=True),
                     targets.to(device, non_blocking=True),
@@ -339,21 +374,29 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
             logging = step % cfg.train.log_every == 0 or step == total_steps
             if not (logging or evaluating or periodic):
                 continue  # no sync: the host queues the next step at once
-            # Sync step: every process agrees on a bad step and on a stop signal.
-            flags = torch.stack(
-                [first_bad.float(), torch.tensor(float(preemption.requested), device=device)]
-            )
+            # Sync step: every process agrees on a bad step, a stop signal and the bad
+            # examples replaced since the last one.
+            host = torch.tensor([float(preemption.requested), skipped_since_sync], device=device)
+            flags = torch.cat([first_bad.float().view(1), host])
             if world > 1:
-                flags = accelerator.gather(flags).view(world, 2)
+                flags = accelerator.gather(flags).view(world, 3)
                 bad_steps = flags[:, 0][flags[:, 0] > 0]
-                flags = torch.stack(
-                    [bad_steps.min() if len(bad_steps) else flags.new_zeros(()), flags[:, 1].sum()]
-                )
-            failed_at, stop = (int(v) for v in flags.tolist())
+                first = bad_steps.min() if len(bad_steps) else flags.new_zeros(())
+                flags = torch.cat([first.view(1), flags[:, 1:].sum(dim=0)])
+            failed_at, stop, replaced = (int(v) for v in flags.tolist())
             if failed_at:
                 error = f"non-finite loss at step {failed_at}: stopped; last good checkpoint kept"
                 final_metrics = {rf.TRAIN_LOSS: float(local_loss)}
                 raise TrainingFailed(error, failed_at)
+            progress["skipped_samples"] += replaced
+            skipped_since_sync = 0
+            if progress["skipped_samples"] > d.skip_bad_samples:
+                raise TrainingFailed(
+                    f"{progress['skipped_samples']} bad examples replaced, more than "
+                    f"data.skip_bad_samples={d.skip_bad_samples}; last good checkpoint kept; "
+                    f"latest: {(progress['skipped'] or ['(on another process)'])[-1]}",
+                    step,
+                )
 
             row: dict[str, Any] = {}
             log_started = time.perf_counter()
@@ -408,9 +451,13 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
         unwrapped.eval()
         if not final_metrics:  # resumed after the last step (stopped during fine-tuning)
             final_metrics = _logged_at(run_dir, total_steps)
-        if not final_metrics:  # ... and its row was never logged
+        if not final_metrics:  # ... and its row was never logged, or a published cell
             with watch("eval"):
                 final_metrics = evaluate()
+            if total_steps == 0:
+                tracker.log(
+                    {rf.STEP: 0, rf.EXAMPLES_SEEN: 0, rf.EXAFLOPS: exaflops(0)} | final_metrics
+                )
         tuning = finetune_progress.FinetuneProgress(
             run_dir,
             accelerator=accelerator,

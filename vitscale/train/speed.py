@@ -50,6 +50,7 @@ def micro_batch_for(
         num_classes=num_classes,
         head="pretrain",
         pool=cfg.model.pool,
+        pre_logits=cfg.model.pre_logits,
         dropout=cfg.model.dropout or 0.0,
         precision=resolve_precision(cfg.train.precision),
         optimizer="adamw",
@@ -63,7 +64,13 @@ def finetune_micro_batch_for(
     """Fine-tuning's micro-batch per process (the pre-trained model stays beside it)."""
     if cfg.eval.finetune.micro_batch_size:
         return cfg.eval.finetune.micro_batch_size
-    kept = count(cfg.model.name, cfg.data.image_size, head="pretrain", pool=cfg.model.pool)
+    kept = count(
+        cfg.model.name,
+        cfg.data.image_size,
+        head="pretrain",
+        pool=cfg.model.pool,
+        pre_logits=cfg.model.pre_logits,
+    )
     return _fit(
         per_process,
         device,

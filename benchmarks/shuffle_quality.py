@@ -1,0 +1,136 @@
+"""Is the sharded stream shuffled well enough to train on? Label autocorrelation, measured.
+
+The sharded stream (:mod:`vitscale.data.shardset`) shuffles within windows of
+``data.shuffle_shards`` shards (whole shards in a seeded order per epoch, their examples
+permuted together). How well that mixes depends on how the shards were written:
+
+- ``vitscale data shard`` writes examples in a random order, so every shard is already a
+  random sample and any window gives an i.i.d.-looking label stream;
+- shards written class by class (ImageNet-21k's per-synset tars packed as they come, or
+  a crawl sorted by query) are the worst case: one class per shard, so a window of W shards
+  holds W classes and consecutive labels agree with probability about 1/W.
+
+Measured on label streams only (no images are decoded: the stream's order is computed),
+ImageNet-21k-like: ``--classes`` classes of ``--per-class`` examples in shards of
+``--per-shard``. Reported per layout and window:
+
+- rho(lag): label autocorrelation, ``(P(y_t = y_{t+lag}) - sum_c p_c^2) / (1 - sum_c p_c^2)``:
+  0 for an i.i.d. stream, 1 for a constant one;
+- classes per batch: distinct labels in a global batch of ``--batch`` against the i.i.d.
+  expectation, the number a batch-norm-free ViT cares about (gradient diversity).
+
+    python benchmarks/shuffle_quality.py
+    python benchmarks/shuffle_quality.py --classes 21841 --per-class 650 --per-shard 5000
+    python benchmarks/shuffle_quality.py --out bench/shuffle.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vitscale.data.loader import StepBatchSampler  # noqa: E402
+from vitscale.data.shardset import EpochOrder  # noqa: E402
+
+LAGS = (1, 16, 256)
+
+
+def autocorrelation(labels: np.ndarray, lag: int) -> float:
+    p = np.bincount(labels) / len(labels)
+    chance = float((p**2).sum())
+    return float(((labels[:-lag] == labels[lag:]).mean() - chance) / (1 - chance))
+
+
+def classes_per_batch(labels: np.ndarray, batch: int) -> float:
+    usable = len(labels) // batch * batch
+    rows = np.sort(labels[:usable].reshape(-1, batch), axis=1)
+    return float(((np.diff(rows, axis=1) != 0).sum(axis=1) + 1).mean())
+
+
+def iid_classes_per_batch(num_classes: int, batch: int) -> float:
+    return num_classes * (1 - (1 - 1 / num_classes) ** batch)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--classes", type=int, default=1000)
+    p.add_argument("--per-class", type=int, default=1000)
+    p.add_argument("--per-shard", type=int, default=1000)
+    p.add_argument("--batch", type=int, default=4096, help="global batch (default 4096)")
+    p.add_argument("--windows", type=int, nargs="+", default=[1, 4, 16, 64])
+    p.add_argument("--positions", type=int, default=2_000_000, help="stream length measured")
+    p.add_argument("--out", type=Path)
+    args = p.parse_args()
+    n = args.classes * args.per_class
+    rng = np.random.default_rng(0)
+    layouts = {
+        # class-sorted: example i has class i // per_class, shards cut in that order
+        "class-sorted shards": np.arange(n) // args.per_class,
+        # vitscale data shard: a fixed random order
+        "randomly written shards": rng.permutation(np.arange(n) // args.per_class),
+    }
+    takes = np.full(-(-n // args.per_shard), args.per_shard)
+    takes[-1] = n - args.per_shard * (len(takes) - 1)
+    positions = np.arange(min(args.positions, n))
+    rows = []
+    expected = iid_classes_per_batch(args.classes, args.batch)
+    for layout, label_of in layouts.items():
+        for window in args.windows:
+            stream = label_of[EpochOrder(takes, seed=0, window=window)(positions)]
+            rows.append(
+                {
+                    "layout": layout,
+                    "window": window,
+                    **{f"rho_{lag}": autocorrelation(stream, lag) for lag in LAGS},
+                    "classes_per_batch": classes_per_batch(stream, args.batch),
+                }
+            )
+    # the map-style stream (a fresh global permutation per epoch), for reference
+    sampler = StepBatchSampler(n, batch_size=args.batch, seed=0)
+    steps = len(positions) // args.batch
+    stream = layouts["class-sorted shards"][
+        np.concatenate([sampler.indices(s) for s in range(steps)])
+    ]
+    rows.append(
+        {
+            "layout": "map-style (global permutation)",
+            "window": None,
+            **{f"rho_{lag}": autocorrelation(stream, lag) for lag in LAGS},
+            "classes_per_batch": classes_per_batch(stream, args.batch),
+        }
+    )
+    head = (
+        f"{args.classes} classes x {args.per_class} examples, shards of {args.per_shard}, "
+        f"{len(positions):,} stream positions, batch {args.batch} (i.i.d.: "
+        f"{expected:.0f} classes per batch)"
+    )
+    lines = [
+        head,
+        f"{'layout':<32} {'window':>6} "
+        + " ".join(f"{'rho(' + str(lag) + ')':>9}" for lag in LAGS)
+        + f" {'classes/batch':>14}",
+    ]
+    for r in rows:
+        window = "-" if r["window"] is None else str(r["window"])
+        lines.append(
+            f"{r['layout']:<32} {window:>6} "
+            + " ".join(f"{r[f'rho_{lag}']:>9.4f}" for lag in LAGS)
+            + f" {r['classes_per_batch']:>14.0f}"
+        )
+    print("\n".join(lines))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        if args.out.suffix == ".json":
+            args.out.write_text(json.dumps({"setup": head, "rows": rows}, indent=2) + "\n")
+        else:
+            args.out.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
