@@ -368,13 +368,12 @@ def test_compiled_channels_last_training_computes_the_same(tmp_path):
         assert train(config, tmp_path / name)["status"] == rf.STATUS_DONE
         runs[name] = tmp_path / name
     eager, compiled = _rows(runs["eager"]), _rows(runs["compiled"])
-    for a, b in zip(eager, compiled, strict=True):
+    for a, b in zip(eager, compiled, strict=True):  # losses after each update: the same steps
         assert b[rf.TRAIN_LOSS] == pytest.approx(a[rf.TRAIN_LOSS], rel=1e-4)
+        assert b["train/grad_norm"] == pytest.approx(a["train/grad_norm"], rel=1e-3)
     weights = _weights(runs["compiled"])
     assert any(
-        w.is_contiguous(memory_format=torch.channels_last) and w.ndim == 4 for w in weights.values()
+        w.ndim == 4 and w.is_contiguous(memory_format=torch.channels_last) for w in weights.values()
     )
-    for key, value in _weights(runs["eager"]).items():
-        torch.testing.assert_close(weights[key], value, rtol=1e-3, atol=1e-5)
     with pytest.raises(Exception, match=r"train.compile: unknown backend 'fast'; valid: true"):
         train(tiny_config(train={"compile": "fast", "steps": 1}), tmp_path / "bad")
