@@ -81,9 +81,11 @@ def _agree_with_rank0(acquired: bool, config: dict) -> bool:
     from ..train.runtime import process_group_timeout, use_cpu
 
     # Joins the process group train() uses, with the timeout its checkpoints need.
-    model = config.get("model", {}).get("name") or "ViT-Pico/4"
-    size = config.get("data", {}).get("image_size") or 224
-    PartialState(cpu=use_cpu(), timeout=process_group_timeout(count(model, size).params))
+    try:
+        params = count(config["model"]["name"], config["data"]["image_size"]).params
+    except (KeyError, TypeError, ValueError):  # train() reports a bad config in its own words
+        params = 0
+    PartialState(cpu=use_cpu(), timeout=process_group_timeout(params))
     return bool(broadcast_object_list([acquired], from_process=0)[0])
 
 
