@@ -35,7 +35,7 @@ def _cfg(**finetune_keys) -> dict:
             "upstream": {"examples": 0},
             "finetune": {
                 "datasets": [DATASET],
-                "steps": 3,
+                "steps": 2,
                 "batch_size": 16,
                 "lrs": [0.01, 0.03],
                 "test_examples": 32,
@@ -155,7 +155,7 @@ def fresh(*args, **kwargs):
 def loss(*args, **kwargs):
     if made[0] == 2:  # the second fine-tune: SLURM signals every process of the step
         losses[0] += 1
-        if losses[0] == 2:  # from another process, as slurmstepd sends it
+        if losses[0] == 1:  # from another process, as slurmstepd sends it
             subprocess.run(["kill", "-s", "USR1", "--", f"-{os.getpgid(0)}"], start_new_session=True)
     return real_loss(*args, **kwargs)
 
@@ -167,8 +167,8 @@ sys.exit(main(["train", sys.argv[1], "--workdir", sys.argv[2]]))
 
 @pytest.mark.slow
 def test_a_signal_during_finetuning_checkpoints_and_the_run_resumes_it(tmp_path, monkeypatch):
-    """SIGUSR1 to the whole process group (trainer and loader workers) during step 2 of the
-    second of three fine-tunes: the first one's score is kept, the second is checkpointed
+    """SIGUSR1 to the whole process group (trainer and loader workers) during step 1 of 2 of
+    the second of three fine-tunes: the first one's score is kept, the second is checkpointed
     at its next step, the process exits to be requeued (75); the rerun finishes the
     second from its checkpoint and runs the third, and every score equals an
     uninterrupted run's."""
@@ -188,12 +188,12 @@ def test_a_signal_during_finetuning_checkpoints_and_the_run_resumes_it(tmp_path,
     _, err = proc.communicate(timeout=300)
     stopped = subprocess.CompletedProcess(proc.args, proc.returncode, "", err)
     assert stopped.returncode == 75, stopped.stderr[-3000:]
-    assert "checkpointed fine-tuning synthetic-textures/select/lr=0.03 at step 2" in stopped.stderr
+    assert "checkpointed fine-tuning synthetic-textures/select/lr=0.03 at step 1" in stopped.stderr
     assert not (run / rf.RESULT).exists()
     kept = fp.read(run)
     assert list(kept["results"]) == ["synthetic-textures/select/lr=0.01"]
     saved = checkpoint.latest(run / rf.CHECKPOINTS / fp.FOLDER)
-    assert saved is not None and saved.name == "step_000000002"
+    assert saved is not None and saved.name == "step_000000001"
 
     made = []
     real = finetune._fresh_model
