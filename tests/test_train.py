@@ -158,10 +158,10 @@ sys.exit(main(["train", sys.argv[1], "--workdir", sys.argv[2]]))
 
 def test_loader_workers_survive_slurms_signal_and_the_run_resumes_exactly(tmp_path, uninterrupted):
     """SIGTERM (a preemption) to the trainer and its two loader workers at once, mid-step:
-    the workers live on, the trainer checkpoints and exits to be requeued (75), no process
-    of the group is left, and the resumed run (loader and evaluation workers) equals the
-    uninterrupted single-process one."""
-    config = tiny_config(data={"num_workers": 2})
+    the workers live on, the trainer checkpoints at the end of that step (not at the next
+    log step) and exits to be requeued (75), no process of the group is left, and the
+    resumed run (loader and evaluation workers) equals the uninterrupted one."""
+    config = tiny_config(data={"num_workers": 2}, train={"log_every": 4})
     path = tmp_path / "cell.json"
     path.write_text(json.dumps(config))
     run = tmp_path / "run"
@@ -180,7 +180,17 @@ def test_loader_workers_survive_slurms_signal_and_the_run_resumes_exactly(tmp_pa
     assert [p.name for p in (run / rf.CHECKPOINTS).iterdir()] == ["step_000000003"]
     result = train(config, run)
     assert result["status"] == rf.STATUS_DONE and result["restarts"] == 1
-    _assert_same_run(uninterrupted, run)
+    wa, wb = _weights(uninterrupted), _weights(run)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    logged = {r[rf.STEP]: r for r in _rows(uninterrupted)}
+    ours = _rows(run)
+    assert [r[rf.STEP] for r in ours] == [4, 6, 8, 12]  # log steps and evaluations
+    for row in ours:  # what the uninterrupted run logged at those steps
+        assert row.items() <= logged[row[rf.STEP]].items()
+    reference = rf.read_json(uninterrupted / rf.RESULT)
+    assert (
+        result["best"] == reference["best"] and result["final"].keys() <= reference["final"].keys()
+    )
 
 
 def test_sigkill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path, uninterrupted):

@@ -11,8 +11,8 @@ repeat the phase in the next slice, so:
   SGD momentum, schedule, step), written like a pre-training checkpoint
   (:mod:`vitscale.train.checkpoint`) and removed once that fine-tune finishes.
 
-The signal is agreed on by every process at the same steps (every ``sync_every``), as in
-pre-training, so they all checkpoint and stop together.
+Every process agrees on the signal after every step (on the CPU, as in pre-training), so
+they all checkpoint and stop together.
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from .. import runfolder as rf
 from . import checkpoint
@@ -41,13 +39,13 @@ class FinetuneProgress:
         *,
         accelerator,
         preemption: PreemptionFlag,
-        sync_every: int,
+        group,
         clock: Callable[[], dict[str, Any]],
     ) -> None:
         self.directory = Path(run_dir) / rf.CHECKPOINTS / FOLDER
         self.accelerator = accelerator
         self.preemption = preemption
-        self.sync_every = max(1, sync_every)
+        self.group = group  # vitscale.train.signals.agreement_group()
         self.clock = clock  # the trainer's progress (elapsed, time per phase, restarts) now
         saved = read(run_dir)
         self.results: dict[str, float] = dict(saved.get("results", {}))
@@ -75,12 +73,7 @@ class FinetuneProgress:
         return state if state.get("key") == key else None
 
     def maybe_stop(self, key: str, step: int, state: Callable[[], dict[str, Any]]) -> None:
-        if step % self.sync_every:
-            return
-        flag = torch.tensor([float(self.preemption.requested)], device=self.accelerator.device)
-        if self.accelerator.num_processes > 1:
-            flag = self.accelerator.reduce(flag, reduction="sum")
-        if flag.item() == 0:
+        if not self.preemption.agreed(self.group):
             return
         checkpoint.save(
             self.directory,

@@ -8,10 +8,10 @@
 3. Model, optimiser, schedule; compute per example from :mod:`vitscale.flops`; the
    micro-batch that fits the GPU (:mod:`vitscale.memory`) when the config gives none.
 4. Resume from the latest complete checkpoint if the run folder has one.
-5. The loop: micro-batches with gradient accumulation fill the global batch; clip; step.
-   The host waits for the device only at sync steps (log, evaluation, checkpoint and last
-   steps): there it logs, stops on a non-finite loss (recording the first bad step), and
-   checkpoints periodically and on SIGUSR1/SIGTERM.
+5. The loop: micro-batches with gradient accumulation fill the global batch; clip; step;
+   checkpoint on SIGUSR1/SIGTERM at the next step (agreed on the CPU). The host waits for
+   the device only at sync steps (log, evaluation, checkpoint, stop and last steps): there
+   it logs, stops on a non-finite loss (recording the first bad step), and checkpoints.
 6. Final evaluation and fine-tuning (resumable: :mod:`.finetune_progress`);
    ``result.json`` written last, atomically.
 """
@@ -38,7 +38,7 @@ from ..tracking import Tracker
 from . import checkpoint, finetune_progress
 from .optim import build_adamw, build_schedule
 from .runtime import make_accelerator, mfu, peak_flops, process_group_timeout, release
-from .signals import Preempted, PreemptionFlag
+from .signals import Preempted, PreemptionFlag, agreement_group
 from .speed import channels_last_for, compile_model, micro_batch_for, num_workers_for
 from .timing import Stopwatch
 
@@ -98,6 +98,7 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
     )
     per_process = cfg.train.batch_size // world
     device = accelerator.device
+    stop_group = agreement_group()  # where the processes agree on a stop signal
     num_workers = num_workers_for(cfg, device=device)
 
     # 2. Data -------------------------------------------------------------------------
@@ -372,18 +373,20 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
                 cfg.train.eval_every and step % cfg.train.eval_every == 0
             )
             logging = step % cfg.train.log_every == 0 or step == total_steps
-            if not (logging or evaluating or periodic):
+            stop = preemption.agreed(stop_group)  # every step, without waiting for the device
+            if not (logging or evaluating or periodic or stop):
                 continue  # no sync: the host queues the next step at once
-            # Sync step: every process agrees on a bad step, a stop signal and the bad
-            # examples replaced since the last one.
-            host = torch.tensor([float(preemption.requested), skipped_since_sync], device=device)
-            flags = torch.cat([first_bad.float().view(1), host])
+            # Sync step: every process agrees on a bad step and on the bad examples
+            # replaced since the last one.
+            flags = torch.stack(
+                [first_bad.float(), torch.tensor(float(skipped_since_sync), device=device)]
+            )
             if world > 1:
-                flags = accelerator.gather(flags).view(world, 3)
+                flags = accelerator.gather(flags).view(world, 2)
                 bad_steps = flags[:, 0][flags[:, 0] > 0]
                 first = bad_steps.min() if len(bad_steps) else flags.new_zeros(())
-                flags = torch.cat([first.view(1), flags[:, 1:].sum(dim=0)])
-            failed_at, stop, replaced = (int(v) for v in flags.tolist())
+                flags = torch.stack([first, flags[:, 1].sum()])
+            failed_at, replaced = (int(v) for v in flags.tolist())
             if failed_at:
                 error = f"non-finite loss at step {failed_at}: stopped; last good checkpoint kept"
                 final_metrics = {rf.TRAIN_LOSS: float(local_loss)}
@@ -459,11 +462,7 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
                     {rf.STEP: 0, rf.EXAMPLES_SEEN: 0, rf.EXAFLOPS: exaflops(0)} | final_metrics
                 )
         tuning = finetune_progress.FinetuneProgress(
-            run_dir,
-            accelerator=accelerator,
-            preemption=preemption,
-            sync_every=cfg.train.log_every,
-            clock=clock,
+            run_dir, accelerator=accelerator, preemption=preemption, group=stop_group, clock=clock
         )
         with watch("finetune"):
             tuned = evaluator.finetune(unwrapped, pretrain_image_size=d.image_size, progress=tuning)
