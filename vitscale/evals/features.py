@@ -22,7 +22,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset
 
 from ..data import Batch, SeededPermutation, collate
 from ..data._hash import derive_key
-from ..data.workers import worker_init
+from ..data.workers import prepare_for_workers, worker_init
 
 # Decoded evaluation images kept per evaluator (bytes); sets beyond it are decoded each time.
 EVAL_CACHE_BYTES = 512 * 2**20
@@ -88,6 +88,8 @@ class EvalImages:
 
     def _decode(self) -> Iterator[Batch]:
         # Workers decode in parallel (they live for one pass and ignore SLURM's signals).
+        if self.num_workers:
+            prepare_for_workers(self.dataset)
         yield from DataLoader(
             self.dataset,
             batch_sampler=BatchSampler(self.shard, self.batch_size, drop_last=False),
