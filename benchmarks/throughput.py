@@ -70,10 +70,20 @@ def reference_models(name: str, *, image_size: int, num_classes: int) -> dict[st
     return refs
 
 
-def make_step(model, *, batch: int, image_size: int, num_classes: int, device, precision: str):
+def make_step(
+    model,
+    *,
+    batch: int,
+    image_size: int,
+    num_classes: int,
+    device,
+    precision: str,
+    memory_format=torch.contiguous_format,
+):
     model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
     x = torch.randn(batch, 3, image_size, image_size, device=device)
+    x = x.contiguous(memory_format=memory_format)
     y = torch.randint(0, num_classes, (batch,), device=device)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
 

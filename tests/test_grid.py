@@ -183,14 +183,26 @@ def test_paper_grids_expand_and_cost_what_table6_says(capsys):
 
 @pytest.fixture(scope="module")
 def finished_grid(tmp_path_factory):
-    """The tiny grid run once by the local executor with two workers."""
+    """The tiny grid run once by the local executor with two workers, on a machine that
+    lists two GPUs (7 and 9; without a CUDA driver the cells still train on the CPU)."""
     tmp = tmp_path_factory.mktemp("local")
     path = _write(tmp, _tiny_grid())
     runs = tmp / "runs"
-    assert (
-        main(["grid", str(path), "--executor", "local", "--workers", "2", "--runs", str(runs)]) == 0
-    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CUDA_VISIBLE_DEVICES", "7,9")
+        args = ["grid", str(path), "--executor", "local", "--workers", "2", "--runs", str(runs)]
+        assert main(args) == 0
     return path, runs
+
+
+def test_local_workers_run_on_their_own_gpus(finished_grid):
+    """Two cells at once never share a GPU: each worker sees only its own."""
+    path, runs = finished_grid
+    seen = set()
+    for cell in load_grid(path).cells:
+        log = (runs / "tiny" / cell.id / "log.txt").read_text()
+        seen |= {gpu for gpu in ("7", "9") if f"CUDA_VISIBLE_DEVICES={gpu})" in log}
+    assert seen == {"7", "9"}
 
 
 def test_local_executor_runs_every_cell_once(finished_grid, capsys):

@@ -136,7 +136,11 @@ def test_published_cell_is_evaluated_and_lands_on_fig5(tmp_path, checkpoint_npz)
     assert result["pretrain_exaflops"] == pytest.approx(expected.exaflops)
     assert result["published"] == expected.as_dict()
     assert set(result["finetune"]) == {"synthetic-textures"}
-    assert not (run / rf.CHECKPOINTS).exists()  # nothing trained, nothing to resume
+    # Nothing pre-trained, no pre-training state: only fine-tuning's record of its scores.
+    from vitscale.train import checkpoint
+
+    assert checkpoint.latest(run / rf.CHECKPOINTS) is None
+    assert [p.name for p in (run / rf.CHECKPOINTS).iterdir()] == ["finetune"]
     (row,) = [json.loads(line) for line in (run / rf.METRICS).read_text().splitlines()]
     assert row[rf.STEP] == 0 and row[rf.EXAFLOPS] == pytest.approx(expected.exaflops)
     assert rf.fewshot_key("synthetic-textures", 2) in row

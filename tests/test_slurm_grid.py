@@ -1,11 +1,13 @@
 """Grids on SLURM: submission as a job array, requeue mid-training, resume, resubmission.
 
 The end-to-end test submits a 3-cell grid to the local cluster (`slurm/local-cluster.sh`)
-with `slurm/profiles/local.yaml`, then interrupts two running cells the two ways a cluster
-does: SIGUSR1 to the job's processes (what ``--signal=USR1@N`` sends before a time limit;
-submitit's checkpoint/requeue protocol) and ``scontrol requeue`` (what a preemption does:
-SIGTERM, then SLURM requeues). Both must resume from their checkpoints and finish exactly
-as an uninterrupted run of the same cell.
+with `slurm/profiles/local.yaml`, cells loading data with two worker processes each, then
+interrupts every cell the ways a cluster does: SIGUSR1 to the job's processes (what
+``--signal=USR1@N`` sends before a time limit; submitit's checkpoint/requeue protocol) in
+the middle of pre-training and again in the middle of fine-tuning, and ``scontrol
+requeue`` (what a preemption does: SIGTERM, then SLURM requeues). SLURM signals the loader
+workers too. Every cell must resume from its checkpoint and finish exactly as an
+uninterrupted run of the same cell.
 
 The tests above it check the translation from grid resources and profiles to sbatch
 options and to torch.distributed's environment; they need no cluster.
@@ -43,17 +45,29 @@ from .test_local_cluster import ensure_cluster
 
 PROFILES = Path(__file__).resolve().parents[1] / "slurm" / "profiles"
 LOCAL_PROFILE = PROFILES / "local.yaml"
-STEPS = 60
+STEPS = 50
+# The fine-tunes of a cell, in order: two to choose the learning rate, one on all of train.
+FINETUNES = [
+    "synthetic-textures/select/lr=0.01",
+    "synthetic-textures/select/lr=0.03",
+    "synthetic-textures/test/lr=",
+]
 
 GRID = f"""\
 name: slurm-test
 base:
   model: {{name: ViT-Pico/4}}
-  data: {{dataset: synthetic, image_size: 32, subset: 2k}}
+  data: {{dataset: synthetic, image_size: 32, subset: 2k, num_workers: 2}}
   train: {{steps: {STEPS}, batch_size: 32, log_every: 1}}
   eval:
     fewshot: {{datasets: [synthetic-glyphs], shots: [5], seeds: 1, test_examples: 200}}
     upstream: {{examples: 0}}
+    finetune:
+      datasets: [synthetic-textures]
+      steps: 15
+      lrs: [0.01, 0.03]
+      batch_size: 16
+      test_examples: 64
   wandb: {{mode: disabled}}
 axes:
   seed: [0, 1, 2]
@@ -96,6 +110,10 @@ def test_gpu_cells_get_one_task_per_gpu_and_the_profile_options() -> None:
     # submitit's handler in the job must listen for the same signal; the profile's setup runs too.
     assert "export SUBMITIT_PREEMPT_SIGNAL=USR1\n" in script
     assert "module load cuda/12.4\n" in script
+    # srun is told the CPUs again (SLURM 22.05-23.02 give a step one CPU per task otherwise),
+    # and leaves every GPU of the node visible: each task takes cuda:LOCAL_RANK.
+    (srun,) = [line for line in script.splitlines() if line.startswith("srun ")]
+    assert "--cpus-per-task=14" in srun.split() and "--gpu-bind=none" in srun.split()
 
 
 def test_cpu_cells_default_to_one_cpu_and_the_profile_time_limit() -> None:
@@ -106,6 +124,8 @@ def test_cpu_cells_default_to_one_cpu_and_the_profile_time_limit() -> None:
     )
     script = _sbatch_script(executor_parameters(shape, profile, job_name="demo"))
     assert "--gpus-per-node" not in script and "--mem" not in script  # the cluster's defaults
+    (srun,) = [line for line in script.splitlines() if line.startswith("srun ")]
+    assert "--cpus-per-task=1" in srun.split() and "--gpu-bind" not in srun
     assert "#SBATCH --partition=debug\n" in script
 
 
@@ -223,6 +243,12 @@ def _mid_training(cells: list[Path], exclude: set[Path]) -> Path | None:
     return None
 
 
+def _finetuning(cell: Path) -> bool:
+    """Whether the cell has started fine-tuning (45 fine-tuning steps lie ahead)."""
+    log = cell / "log.txt"
+    return log.exists() and f"fine-tuning {FINETUNES[0]}" in log.read_text()
+
+
 def _runs_of(job_id: str) -> list[str]:
     """Every run of a job in accounting, requeued ones included: their final states."""
     out = _slurm(
@@ -300,11 +326,13 @@ def test_grid_array_survives_requeue_and_resubmits_nothing(
             debug=debug,
         )
         _slurm("scontrol", "requeue", jobs[preempted])
-        untouched = next(c for c in cells if c not in (signalled, preempted))
+        tuning = next(c for c in cells if c not in (signalled, preempted))
+        _wait("the third cell fine-tuning", lambda: _finetuning(tuning), timeout_s=240, debug=debug)
+        _slurm("scancel", "--signal=USR1", jobs[tuning])
 
-        # The uninterrupted references for both, meanwhile, with the same thread count.
+        # The uninterrupted references, meanwhile, with the same thread count.
         ref_root = tmp_path / "reference"
-        for cell in (signalled, preempted):
+        for cell in (signalled, preempted, tuning):
             (ref_root / cell.name).mkdir(parents=True)
             shutil.copy(cell / rf.CONFIG, ref_root / cell.name / rf.CONFIG)
             references.append(
@@ -327,7 +355,7 @@ def test_grid_array_survives_requeue_and_resubmits_nothing(
         _wait(
             "every cell to finish",
             lambda: all((r := _result(c)) and r["status"] == rf.STATUS_DONE for c in cells),
-            timeout_s=150,
+            timeout_s=300,
             debug=debug,
         )
         _wait(
@@ -344,24 +372,32 @@ def test_grid_array_survives_requeue_and_resubmits_nothing(
         for ref in references:
             ref.kill()
 
-    # 4. The interrupted cells resumed from a mid-training checkpoint, once each.
+    # 4. The interrupted cells resumed from a checkpoint, once each: two mid-training (their
+    # loader workers signalled too), one mid-fine-tuning (its first fine-tune kept).
     for cell, signal_name in ((signalled, "SIGUSR1"), (preempted, "SIGTERM")):
         log = (cell / "log.txt").read_text()
         assert f"preempted by {signal_name}: checkpointed at step" in log, log
         resumed = re.findall(r"resumed from \S+ \(step (\d+), restart 1\)", log)
         assert len(resumed) == 1 and 0 < int(resumed[0]) < STEPS, log
+        assert "DataLoader worker" not in log, log
+    log = (tuning / "log.txt").read_text()
+    (stopped,) = re.findall(r"preempted by SIGUSR1: checkpointed fine-tuning (\S+) at step", log)
+    assert re.findall(r"resumed from \S+ \(step (\d+), restart 1\)", log) == [str(STEPS)], log
+    assert re.search(rf"fine-tuning {re.escape(stopped)}: .*resumed at step", log), log
+    before = FINETUNES[: next(i for i, k in enumerate(FINETUNES) if stopped.startswith(k))]
+    for key in before:  # finished before the signal: kept, never run again
+        assert log.count(f"fine-tuning {key}") == 1, log
+    for cell in (signalled, preempted, tuning):
         assert _result(cell)["restarts"] == 1
         assert _runs_of(jobs[cell]) == ["REQUEUED", "COMPLETED"]
-    assert _result(untouched)["restarts"] == 0
-    assert _runs_of(jobs[untouched]) == ["COMPLETED"]
 
     # 5. No step ran twice in any cell, and each requeued cell equals its uninterrupted run.
     for cell in cells:
         assert _steps(cell) == list(range(1, STEPS + 1)), cell.name
-    for cell in (signalled, preempted):
+    for cell in (signalled, preempted, tuning):
         ours, reference = _result(cell), _result(ref_root / cell.name)
         assert reference["restarts"] == 0
-        for key in ("steps", "examples_seen", "pretrain_exaflops", "best"):
+        for key in ("steps", "examples_seen", "pretrain_exaflops", "best", "finetune"):
             assert ours[key] == reference[key], key
         varying = {rf.THROUGHPUT}  # wall-clock dependent
         assert {k: v for k, v in ours["final"].items() if k not in varying} == {

@@ -1,5 +1,7 @@
-"""One cell end to end: the run folder, exact resume after a signal or a SIGKILL mid-
-checkpoint, a non-finite loss, 2 CPU processes against 1, and the W&B mirror."""
+"""One cell end to end: the run folder, exact resume after a signal (with loader workers
+signalled too, as SLURM does) or a SIGKILL mid-checkpoint, a non-finite loss, no host
+sync between log steps, compilation and channels-last changing nothing, 2 CPU processes
+against 1 (per-device MFU, the process group's timeout and its end), and the W&B mirror."""
 
 from __future__ import annotations
 
@@ -134,6 +136,63 @@ train(json.loads(sys.argv[1]), sys.argv[2])
 """
 
 
+_SIGNAL_THE_STEP = """
+import os, signal, subprocess, sys
+from vitscale.cli import main
+from vitscale.train import loop
+
+calls, real = [0], loop.loss_fn
+
+def loss_then_signal(*args, **kwargs):
+    calls[0] += 1
+    if calls[0] == int(sys.argv[3]):  # as SLURM does: every process of the job step, from
+        # another process (torch's workers exit quietly on a SIGTERM from their parent)
+        sig = getattr(signal, sys.argv[4])
+        subprocess.run(["kill", "-s", sig.name[3:], "--", f"-{os.getpgid(0)}"], start_new_session=True)
+    return real(*args, **kwargs)
+
+loop.loss_fn = loss_then_signal
+sys.exit(main(["train", sys.argv[1], "--workdir", sys.argv[2]]))
+"""
+
+
+def test_loader_workers_survive_slurms_signal_and_the_run_resumes_exactly(tmp_path, uninterrupted):
+    """SIGTERM (a preemption) to the trainer and its two loader workers at once, mid-step:
+    the workers live on, the trainer checkpoints at the end of that step (not at the next
+    log step) and exits to be requeued (75), no process of the group is left, and the
+    resumed run (loader and evaluation workers) equals the uninterrupted one."""
+    config = tiny_config(data={"num_workers": 2}, train={"log_every": 4})
+    path = tmp_path / "cell.json"
+    path.write_text(json.dumps(config))
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SIGNAL_THE_STEP, str(path), str(run), "3", "SIGTERM"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, like a SLURM job step
+    )
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 75, err[-3000:]
+    assert "preempted by SIGTERM: checkpointed at step 3" in err
+    with pytest.raises(ProcessLookupError):  # no worker outlived it
+        os.killpg(proc.pid, 0)
+    assert [p.name for p in (run / rf.CHECKPOINTS).iterdir()] == ["step_000000003"]
+    result = train(config, run)
+    assert result["status"] == rf.STATUS_DONE and result["restarts"] == 1
+    wa, wb = _weights(uninterrupted), _weights(run)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    logged = {r[rf.STEP]: r for r in _rows(uninterrupted)}
+    ours = _rows(run)
+    assert [r[rf.STEP] for r in ours] == [4, 6, 8, 12]  # log steps and evaluations
+    for row in ours:  # what the uninterrupted run logged at those steps
+        assert row.items() <= logged[row[rf.STEP]].items()
+    reference = rf.read_json(uninterrupted / rf.RESULT)
+    assert (
+        result["best"] == reference["best"] and result["final"].keys() <= reference["final"].keys()
+    )
+
+
 def test_sigkill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path, uninterrupted):
     killed = subprocess.run(
         [
@@ -177,9 +236,41 @@ def test_non_finite_loss_stops_and_marks_the_run_failed(tmp_path, monkeypatch):
     assert [r[rf.STEP] for r in rf.iter_metrics(tmp_path / rf.METRICS)] == [1, 2, 3]
 
 
+_LAUNCHED = """
+import atexit, json, sys
+import torch
+import torch.distributed as dist
+from vitscale.cli import main
+from vitscale.train import checkpoint, loop
+
+seen = {}
+
+def report():  # registered first, so it runs last: after the command has returned
+    seen["group_alive_at_exit"] = dist.is_available() and dist.is_initialized()
+    print("LAUNCHED " + json.dumps(seen), flush=True)
+
+atexit.register(report)
+real_save = checkpoint.save
+
+def save(*args, **kwargs):  # rank 0 writes while the others wait: the group's timeout
+    if dist.is_initialized():
+        group = dist.distributed_c10d._get_default_group()
+        seen["timeout_s"] = group._get_backend(torch.device("cpu")).options._timeout.total_seconds()
+    return real_save(*args, **kwargs)
+
+checkpoint.save = save
+loop.peak_flops = lambda device: 1e12  # a device with a known peak, so MFU is logged
+sys.exit(main(["train", sys.argv[1], "--workdir", sys.argv[2]]))
+"""
+
+
 def test_two_cpu_processes_match_one(tmp_path):
     """torchrun --nproc_per_node 2 (gloo) and 1 process with the same global batch: the
-    same examples per step, the same loss curve within float tolerance."""
+    same examples per step, the same loss curve within float tolerance; MFU per device;
+    the process group waits as long as a checkpoint write needs and is destroyed at exit."""
+    from vitscale.flops import count
+    from vitscale.train.runtime import process_group_timeout
+
     config = tiny_config(
         model={"dropout": 0.0},  # dropout masks depend on how the batch is split
         train={"precision": "fp32", "steps": 6, "eval_every": None, "checkpoint_every": None},
@@ -187,8 +278,10 @@ def test_two_cpu_processes_match_one(tmp_path):
     )
     path = tmp_path / "cell.json"
     path.write_text(json.dumps(config))
+    driver = tmp_path / "launched.py"
+    driver.write_text(_LAUNCHED)
     env = os.environ | {"OMP_NUM_THREADS": "1"}
-    runs = {}
+    runs, seen = {}, {}
     for procs in (1, 2):
         run = tmp_path / f"p{procs}"
         launcher = [
@@ -199,7 +292,7 @@ def test_two_cpu_processes_match_one(tmp_path):
             f"--nproc_per_node={procs}",
         ]
         done = subprocess.run(
-            [*launcher, "-m", "vitscale.cli", "train", str(path), "--workdir", str(run)],
+            [*launcher, str(driver), str(path), str(run)],
             capture_output=True,
             text=True,
             timeout=300,
@@ -207,6 +300,12 @@ def test_two_cpu_processes_match_one(tmp_path):
         )
         assert done.returncode == 0, done.stderr[-3000:]
         runs[procs] = run
+        seen[procs] = [
+            json.loads(line.split(" ", 1)[1])
+            for line in done.stdout.splitlines()
+            if line.startswith("LAUNCHED ")
+        ]
+        assert len(seen[procs]) == procs, done.stdout
     result = rf.read_json(runs[2] / rf.RESULT)
     assert result["num_processes"] == 2  # a silent single-process fallback fails here
     assert result["device_hours"] == pytest.approx(2 * result["wall_clock_s"] / 3600)
@@ -215,3 +314,77 @@ def test_two_cpu_processes_match_one(tmp_path):
     for a, b in zip(one, two, strict=True):
         assert a[rf.TRAIN_LOSS] == pytest.approx(b[rf.TRAIN_LOSS], rel=1e-5)
         assert a[rf.EXAMPLES_SEEN] == b[rf.EXAMPLES_SEEN]
+    # MFU is per device: the global rate over the processes, at one device's peak.
+    flops = count("ViT-Pico/4", 32, num_classes=256, head="pretrain").flops
+    for procs in (1, 2):
+        for row in rf.iter_metrics(runs[procs] / rf.METRICS):
+            expected = row[rf.THROUGHPUT] / procs * 3 * flops / 1e12
+            assert row[rf.MFU] == pytest.approx(expected, rel=1e-6)
+    # Both ranks wait on a group sized for a checkpoint write, and end it before exiting.
+    timeout = process_group_timeout(count("ViT-Pico/4", 32).params).total_seconds()
+    assert [s["timeout_s"] for s in seen[2]] == [timeout, timeout]
+    assert not any(s["group_alive_at_exit"] for s in (*seen[1], *seen[2]))
+
+
+def test_no_host_sync_between_log_steps(tmp_path, monkeypatch):
+    """The device never waits on the host between log steps: the trainer (or Accelerate on
+    its behalf) reads nothing back (``item``, ``bool``, ``float``, ...) until the log step;
+    the finite-loss check and the stop signal wait for it."""
+    reads, per_step = [0], []
+    for name in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__"):
+        real = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _real=real, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename
+            if caller.endswith(os.path.join("vitscale", "train", "loop.py")) or (
+                f"{os.sep}accelerate{os.sep}" in caller
+            ):
+                reads[0] += 1
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    real_loss = loop.loss_fn
+
+    def loss_at_step_start(*args, **kwargs):  # one micro-batch per step here
+        per_step.append(reads[0])
+        return real_loss(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "loss_fn", loss_at_step_start)
+    config = tiny_config(
+        train={"steps": 6, "log_every": 6, "eval_every": None, "checkpoint_every": None},
+        eval={"fewshot": {"datasets": []}, "upstream": {"examples": 0}},
+    )
+    result = train(config, tmp_path)
+    monkeypatch.undo()
+    assert result["status"] == rf.STATUS_DONE and len(per_step) == 6
+    assert len(set(per_step)) == 1, per_step  # steps 1-5 read nothing back
+    assert reads[0] > per_step[-1]  # the log step does
+
+
+def test_compiled_channels_last_training_computes_the_same(tmp_path):
+    """``train.compile`` and ``train.channels_last`` change speed, not results: a BiT
+    trained compiled (``aot_eager``: traced, no code generation) on NHWC tensors matches
+    the eager NCHW run."""
+    runs = {}
+    for name, options in (
+        ("eager", {}),
+        ("compiled", {"compile": "aot_eager", "channels_last": True}),
+    ):
+        config = tiny_config(
+            model={"name": "BiT-R11x0.5", "dropout": None},
+            train={"precision": "fp32", "steps": 3, "eval_every": None, "checkpoint_every": None}
+            | options,
+            eval={"fewshot": {"datasets": []}, "upstream": {"examples": 0}},
+        )
+        assert train(config, tmp_path / name)["status"] == rf.STATUS_DONE
+        runs[name] = tmp_path / name
+    eager, compiled = _rows(runs["eager"]), _rows(runs["compiled"])
+    for a, b in zip(eager, compiled, strict=True):  # losses after each update: the same steps
+        assert b[rf.TRAIN_LOSS] == pytest.approx(a[rf.TRAIN_LOSS], rel=1e-4)
+        assert b["train/grad_norm"] == pytest.approx(a["train/grad_norm"], rel=1e-3)
+    weights = _weights(runs["compiled"])
+    assert any(
+        w.ndim == 4 and w.is_contiguous(memory_format=torch.channels_last) for w in weights.values()
+    )
+    with pytest.raises(Exception, match=r"train.compile: unknown backend 'fast'; valid: true"):
+        train(tiny_config(train={"compile": "fast", "steps": 1}), tmp_path / "bad")

@@ -134,6 +134,7 @@ def _train(args: argparse.Namespace) -> int:
         return 0
     from .data import DatasetFormatError, DatasetNotFoundError
     from .train import Preempted, train
+    from .train.runtime import shutdown
 
     try:
         result = train(cfg, workdir)
@@ -142,6 +143,8 @@ def _train(args: argparse.Namespace) -> int:
     except Preempted as e:
         print(f"{e}; run the same command again to resume", file=sys.stderr)
         return EXIT_PREEMPTED
+    finally:
+        shutdown()  # the process group (torchrun), if any: last thing a launched process does
     print(
         f"{result['status']}: {workdir} ({result['steps']} steps, {result['wall_clock_s']:.0f} s)"
     )

@@ -71,7 +71,7 @@ class DataConfig:
     image_size: int = 32
     subset: int | float | str | None = None  # 30000, 0.1 or "9M"; None: the whole split
     class_balanced: bool = False
-    num_workers: int = 0
+    num_workers: int | None = None  # None: on a GPU the process's CPUs less one, else 0
     shuffle_shards: int | None = None  # sharded sets: shards shuffled together; None: 16
     skip_bad_samples: int = 0  # sharded sets: bad examples replaced (and counted) up to this
 
@@ -88,6 +88,8 @@ class TrainConfig:
     label_smoothing: float = 0.0
     grad_clip: float = 1.0  # global-norm clipping; 0: off
     precision: str = "auto"  # "auto" | "bf16" | "fp32"
+    compile: bool | str = False  # torch.compile the training model; a string: its backend
+    channels_last: bool | None = None  # None: on for ResNets and hybrids on a GPU
     log_every: int = 10
     checkpoint_every: int | None = 500  # also on SIGUSR1 / SIGTERM
     eval_every: int | None = None  # None: evaluate only at the end
@@ -124,6 +126,7 @@ class FinetuneConfig:
     steps: int | None = None  # None: the paper's per dataset (vitscale.data.registry)
     lrs: list[float] | None = None  # None: the paper's grid per dataset
     batch_size: int = 512
+    micro_batch_size: int | None = None  # per process; None: the whole per-process batch
     image_size: int | None = None  # None: the pre-training resolution
     val_fraction: float | None = None  # None: the dataset's default held-out slice
     test_examples: int | None = None
@@ -182,6 +185,9 @@ OPERATIONAL_KEYS = (
     "data.download",
     "data.skip_bad_samples",
     "train.micro_batch_size",
+    "train.compile",
+    "train.channels_last",
+    "eval.finetune.micro_batch_size",
     "train.log_every",
     "train.checkpoint_every",
     "eval.batch_size",
@@ -471,6 +477,10 @@ def _check(cfg: Config, problems: list[str]) -> None:
         problems.append(f"train.label_smoothing must be in [0, 1), got {t.label_smoothing}")
     if cfg.model.dropout is not None and not 0 <= cfg.model.dropout < 1:
         problems.append(f"model.dropout must be in [0, 1), got {cfg.model.dropout}")
+    if cfg.data.num_workers is not None and cfg.data.num_workers < 0:
+        problems.append(
+            f"data.num_workers must be 0 or more (null: chosen per machine), got {cfg.data.num_workers}"
+        )
     if cfg.data.shuffle_shards is not None and cfg.data.shuffle_shards < 1:
         problems.append(f"data.shuffle_shards must be at least 1, got {cfg.data.shuffle_shards}")
     if cfg.data.skip_bad_samples < 0:
@@ -505,6 +515,10 @@ def _check(cfg: Config, problems: list[str]) -> None:
         problems.append("eval.finetune.lrs: give at least one learning rate (or leave it unset)")
     if ft.steps is not None and ft.steps <= 0:
         problems.append(f"eval.finetune.steps must be positive, got {ft.steps}")
+    for key in ("batch_size", "micro_batch_size"):
+        value = getattr(ft, key)
+        if value is not None and value <= 0:
+            problems.append(f"eval.finetune.{key} must be positive, got {value}")
     if ft.image_size is not None:
         try:
             check_resolution(parse(cfg.model.name), ft.image_size)
@@ -547,6 +561,14 @@ def resolve(
             problems.append(
                 f"train.batch_size {cfg.train.batch_size} must split evenly over {num_processes} processes"
                 + (f" and micro-batches of {micro}" if cfg.train.micro_batch_size else "")
+            )
+        ft = cfg.eval.finetune
+        ft_per_process = max(1, ft.batch_size // num_processes)
+        if ft.micro_batch_size and ft_per_process % ft.micro_batch_size:
+            problems.append(
+                f"eval.finetune.micro_batch_size {ft.micro_batch_size} must divide the per-process "
+                f"fine-tuning batch {ft_per_process} (eval.finetune.batch_size {ft.batch_size} "
+                f"over {num_processes} processes)"
             )
     if problems:
         raise ConfigError(problems, source)

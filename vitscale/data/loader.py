@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 from ._hash import derive_key
 from .batch import collate
 from .subsets import SeededPermutation
+from .workers import prepare_for_workers, worker_init
 
 __all__ = ["StepBatchSampler", "build_loader"]
 
@@ -102,7 +103,8 @@ def build_loader(
     seeds, so only ``num_workers=0`` resumes bit-exactly with augmentation on (the
     synthetic set has no augmentation and resumes exactly either way). A sharded set
     (``shards:``) computes its own stream (:mod:`vitscale.data.shardset`), exact with
-    workers and augmentation too.
+    workers and augmentation too. Workers ignore SLURM's signals, which the trainer
+    handles (:mod:`vitscale.data.workers`).
     """
     if hasattr(dataset, "stream_loader"):
         return dataset.stream_loader(
@@ -121,11 +123,14 @@ def build_loader(
         rank=rank,
         start_step=start_step,
     )
+    if num_workers > 0:
+        prepare_for_workers(dataset)
     return DataLoader(
         dataset,
         batch_sampler=sampler,
         collate_fn=collate,
         num_workers=num_workers,
+        worker_init_fn=worker_init,
         pin_memory=torch.cuda.is_available(),
         persistent_workers=num_workers > 0,
         # Its own generator: starting an iterator would otherwise draw from the global

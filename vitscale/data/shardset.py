@@ -58,6 +58,7 @@ from .shardindex import (
 from .shardread import Labels, SampleError, ShardReader, decode, image_of, labels_of
 from .subsets import SeededPermutation, SubsetSpec
 from .transforms import eval_transform, to_signed_float, train_transform
+from .workers import worker_init
 
 __all__ = [
     "DEFAULT_WINDOW",
@@ -213,6 +214,7 @@ class ShardSet(Dataset):
             batch_sampler=sampler,
             collate_fn=_as_is,
             num_workers=num_workers,
+            worker_init_fn=worker_init,  # SLURM's signals are the trainer's to handle
             timeout=BATCH_TIMEOUT_S if num_workers else 0,
             pin_memory=torch.cuda.is_available(),
             # One iterator serves the whole run (the stream is endless), so workers need not

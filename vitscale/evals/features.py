@@ -20,10 +20,24 @@ import torch
 from einops import rearrange
 from torch.utils.data import BatchSampler, DataLoader, Dataset
 
-from ..data import Batch, collate
+from ..data import Batch, SeededPermutation, collate
+from ..data._hash import derive_key
+from ..data.workers import prepare_for_workers, worker_init
 
 # Decoded evaluation images kept per evaluator (bytes); sets beyond it are decoded each time.
 EVAL_CACHE_BYTES = 512 * 2**20
+_SAMPLE_STREAM = 0x5A3E
+
+
+def evaluation_sample(size: int, n: int | None, *, seed: int) -> list[int]:
+    """Which examples of a ``size``-example split a capped evaluation reads: ``n`` drawn
+    at random with ``seed`` (sorted, for locality), or all of them. Never the first ``n``:
+    folders and torchvision sets are sorted by class, and their first ``n`` examples are
+    a few classes."""
+    if n is None or n >= size:
+        return list(range(size))
+    perm = SeededPermutation(size, derive_key(_SAMPLE_STREAM, seed & (2**63 - 1)))
+    return sorted(perm(np.arange(n)).tolist())
 
 
 class Budget:
@@ -58,6 +72,7 @@ class EvalImages:
         batch_size: int,
         accelerator,
         budget: Budget | None = None,
+        num_workers: int = 0,
     ) -> None:
         indices = list(indices)
         if not indices:
@@ -68,13 +83,19 @@ class EvalImages:
         self.dataset, self.indices, self.batch_size = dataset, indices, batch_size
         self.shard = padded[rank::world]
         self.budget = budget
+        self.num_workers = num_workers
         self._kept: list[Batch] | None = None
 
     def _decode(self) -> Iterator[Batch]:
+        # Workers decode in parallel (they live for one pass and ignore SLURM's signals).
+        if self.num_workers:
+            prepare_for_workers(self.dataset)
         yield from DataLoader(
             self.dataset,
             batch_sampler=BatchSampler(self.shard, self.batch_size, drop_last=False),
             collate_fn=collate,
+            num_workers=self.num_workers,
+            worker_init_fn=worker_init,
             generator=torch.Generator(),  # leave the training RNG streams untouched
         )
 
@@ -123,9 +144,12 @@ def run_model(
     *,
     batch_size: int,
     accelerator,
+    num_workers: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`apply` on ``dataset[indices]`` decoded once, for a set evaluated once."""
-    images = EvalImages(dataset, indices, batch_size=batch_size, accelerator=accelerator)
+    images = EvalImages(
+        dataset, indices, batch_size=batch_size, accelerator=accelerator, num_workers=num_workers
+    )
     return apply(fn, images, accelerator=accelerator)
 
 

@@ -6,9 +6,19 @@ added; at a higher resolution the position embeddings are resized (the model's
 state-dict hook does it). The learning rate is chosen from a grid by training on the
 train split minus a held-out slice and scoring on that slice; the run is then repeated
 on the full train split with the chosen rate and scored on the test split.
+
+Every (dataset, stage, learning rate) is one fine-tune. Its batch of 512 is split into
+micro-batches where the memory asks for it (``eval.finetune.micro_batch_size``,
+gradient accumulation). Each prepared model is released when it is done, so 25
+fine-tunes hold no more memory than one. Within a run, a :class:`Progress` keeps each
+finished fine-tune's score, and at a preemption signal checkpoints the one running and
+stops it, so a requeued run resumes fine-tuning where it was.
 """
 
 from __future__ import annotations
+
+import contextlib
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -18,11 +28,46 @@ from ..data import build_dataset, build_loader, finetune_splits
 from ..data.registry import finetune_recipe
 from ..models import create_model
 from ..train.optim import lr_factor
-from .features import run_model
+from ..train.runtime import prepared
+from ..train.speed import finetune_micro_batch_for
+from .features import evaluation_sample, run_model
 
 MOMENTUM = 0.9
 GRAD_CLIP = 1.0
 WARMUP_FRACTION = 0.05  # big_vision's transfer configs warm up for ~2.5-5% of the steps
+
+
+class Progress(Protocol):
+    """What fine-tuning asks of the run it belongs to."""
+
+    def result(self, key: str) -> float | None:
+        """The score of a fine-tune that already finished, if it did."""
+
+    def record(self, key: str, value: float) -> None:
+        """Keep a finished fine-tune's score."""
+
+    def resume(self, key: str) -> dict[str, Any] | None:
+        """The checkpointed state of this fine-tune, if a signal stopped it."""
+
+    def maybe_stop(self, key: str, step: int, state) -> None:
+        """Called after every step: at a preemption signal, checkpoint ``state()`` and stop
+        (raise). Every process calls it at the same steps."""
+
+
+class NoProgress:
+    """Outside a run: nothing kept, never stopped."""
+
+    def result(self, key: str) -> float | None:
+        return None
+
+    def record(self, key: str, value: float) -> None:
+        pass
+
+    def resume(self, key: str) -> dict[str, Any] | None:
+        return None
+
+    def maybe_stop(self, key: str, step: int, state) -> None:
+        pass
 
 
 def _fresh_model(
@@ -54,10 +99,26 @@ def train_and_score(
     steps: int,
     accelerator,
     image_size: int,
+    key: str = "finetune",
+    num_workers: int = 0,
+    progress: Progress | None = None,
 ) -> float:
     """Fine-tune a fresh copy of ``pretrained`` for ``steps`` on ``train_set``; top-1 on
-    ``eval_set``."""
+    ``eval_set`` (a seeded sample of ``eval.finetune.test_examples`` of it, if capped).
+    ``key`` names this fine-tune in ``progress``."""
+    progress = progress or NoProgress()
+    if (done := progress.result(key)) is not None:
+        return done
     ft = cfg.eval.finetune
+    world, device = accelerator.num_processes, accelerator.device
+    per_process = max(1, ft.batch_size // world)
+    micro = finetune_micro_batch_for(
+        cfg,
+        per_process=per_process,
+        num_classes=train_set.num_classes,
+        image_size=image_size,
+        device=device,
+    )
     model = _fresh_model(
         pretrained, cfg=cfg, num_classes=train_set.num_classes, image_size=image_size
     )
@@ -69,46 +130,76 @@ def train_and_score(
             s, total_steps=steps, warmup_steps=warmup, schedule="cosine", base_lr=lr, end_lr=0.0
         ),
     )
-    model, optimizer = accelerator.prepare(model, optimizer)
-    world = accelerator.num_processes
-    batches = iter(
-        build_loader(
-            train_set,
-            batch_size=max(1, ft.batch_size // world),
-            seed=cfg.seed,
-            num_replicas=world,
-            rank=accelerator.process_index,
-            start_step=0,
-            num_workers=cfg.data.num_workers,
-        )
-    )
-    model.train()
-    for _ in range(steps):
-        images, targets = next(batches)
-        with accelerator.autocast():
-            loss = F.cross_entropy(
-                model(images.to(accelerator.device)).float(), targets.to(accelerator.device)
+    start = 0
+    if (state := progress.resume(key)) is not None:  # stopped by a signal: go on from there
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        start = state["step"]
+    resumed = f", resumed at step {start}" if start else ""
+    accelerator.print(f"fine-tuning {key}: {steps} steps of {per_process} x {world}{resumed}")
+    with prepared(accelerator, model, optimizer) as (model, optimizer):
+        batches = iter(
+            build_loader(
+                train_set,
+                batch_size=per_process,
+                seed=cfg.seed,
+                num_replicas=world,
+                rank=accelerator.process_index,
+                start_step=start,
+                num_workers=num_workers,
             )
-        accelerator.backward(loss)
-        accelerator.clip_grad_norm_(model.parameters(), GRAD_CLIP)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-    model.eval()
-    n = len(eval_set) if ft.test_examples is None else min(ft.test_examples, len(eval_set))
-    logits, labels = run_model(
-        accelerator.unwrap_model(model),
-        eval_set,
-        range(n),
-        batch_size=cfg.eval.batch_size,
-        accelerator=accelerator,
-    )
+        )
+
+        def state() -> dict[str, Any]:
+            return {
+                "model": accelerator.unwrap_model(model).state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "schedule": schedule.state_dict(),
+            }
+
+        model.train()
+        for step in range(start, steps):
+            images, targets = next(batches)
+            images, targets = images.to(device, non_blocking=True), targets.to(device)
+            parts = list(zip(images.split(micro), targets.split(micro), strict=True))
+            for i, (x, y) in enumerate(parts):
+                last = i == len(parts) - 1
+                with (
+                    contextlib.nullcontext() if last else accelerator.no_sync(model),
+                    accelerator.autocast(),
+                ):
+                    loss = F.cross_entropy(model(x).float(), y)
+                accelerator.backward(loss / len(parts))
+            accelerator.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad(set_to_none=True)
+            progress.maybe_stop(key, step + 1, state)
+        del batches  # its worker processes end here
+        model.eval()
+        logits, labels = run_model(
+            accelerator.unwrap_model(model),
+            eval_set,
+            evaluation_sample(len(eval_set), ft.test_examples, seed=cfg.seed),
+            batch_size=cfg.eval.batch_size,
+            accelerator=accelerator,
+            num_workers=num_workers,
+        )
     accuracy = (logits.argmax(dim=1) == labels).float().mean().item()
+    progress.record(key, accuracy)
     return accuracy
 
 
 def finetune_and_score(
-    pretrained: torch.nn.Module, *, cfg: Config, dataset: str, accelerator, image_size: int
+    pretrained: torch.nn.Module,
+    *,
+    cfg: Config,
+    dataset: str,
+    accelerator,
+    image_size: int,
+    num_workers: int = 0,
+    progress: Progress | None = None,
 ) -> float:
     """Choose the learning rate on the held-out slice, retrain on all of train, score test."""
     ft = cfg.eval.finetune
@@ -117,16 +208,35 @@ def finetune_and_score(
     kw = dict(root=cfg.data.root, image_size=image_size, download=cfg.data.download, seed=cfg.seed)
     minitrain, val = finetune_splits(dataset, val_fraction=ft.val_fraction, **kw)
     common = dict(
-        cfg=cfg, accelerator=accelerator, image_size=image_size, steps=ft.steps or paper_steps
+        cfg=cfg,
+        accelerator=accelerator,
+        image_size=image_size,
+        steps=ft.steps or paper_steps,
+        num_workers=num_workers,
+        progress=progress,
     )
     if len(lrs) == 1:
         best_lr = lrs[0]
     else:
         scores = {
-            lr: train_and_score(pretrained, train_set=minitrain, eval_set=val, lr=lr, **common)
+            lr: train_and_score(
+                pretrained,
+                train_set=minitrain,
+                eval_set=val,
+                lr=lr,
+                key=f"{dataset}/select/lr={lr!r}",
+                **common,
+            )
             for lr in lrs
         }
         best_lr = max(scores, key=scores.get)
     train = build_dataset(dataset, "train", **kw)
     test = build_dataset(dataset, "test", **kw)
-    return train_and_score(pretrained, train_set=train, eval_set=test, lr=best_lr, **common)
+    return train_and_score(
+        pretrained,
+        train_set=train,
+        eval_set=test,
+        lr=best_lr,
+        key=f"{dataset}/test/lr={best_lr!r}",
+        **common,
+    )

@@ -16,7 +16,7 @@ import torch
 from .. import runfolder as rf
 from ..config import Config
 from ..data import build_dataset, fewshot_indices
-from .features import EVAL_CACHE_BYTES, Budget, EvalImages, apply, labels_of
+from .features import EVAL_CACHE_BYTES, Budget, EvalImages, apply, evaluation_sample, labels_of
 from .fewshot import ridge_fewshot_accuracy
 
 
@@ -30,15 +30,19 @@ class _FewShotSet:
 
 
 class TransferEvaluator:
-    def __init__(self, cfg: Config, *, accelerator, upstream_num_classes: int) -> None:
+    def __init__(
+        self, cfg: Config, *, accelerator, upstream_num_classes: int, num_workers: int = 0
+    ) -> None:
         self.cfg = cfg
         self.accelerator = accelerator
+        self.num_workers = num_workers
         d = cfg.data
         self._build = dict(root=d.root, image_size=d.image_size, download=d.download)
         self._images = dict(
             batch_size=cfg.eval.batch_size,
             accelerator=accelerator,
             budget=Budget(EVAL_CACHE_BYTES),
+            num_workers=num_workers,
         )
         fs = cfg.eval.fewshot
         self.fewshot = [
@@ -47,8 +51,8 @@ class TransferEvaluator:
         self.upstream = None
         if cfg.eval.upstream.examples:
             test = build_dataset(d.dataset, "test", seed=cfg.seed, **self._build)
-            n = min(cfg.eval.upstream.examples, len(test))
-            self.upstream = EvalImages(test, range(n), **self._images)
+            sample = evaluation_sample(len(test), cfg.eval.upstream.examples, seed=cfg.seed)
+            self.upstream = EvalImages(test, sample, **self._images)
 
     def _fewshot_set(
         self, name: str, shots: list[int], seeds: int, test_examples: int | None
@@ -66,12 +70,12 @@ class TransferEvaluator:
                 samples[(k, seed)] = largest[: k * train.num_classes].tolist()
         pool = sorted({i for idx in samples.values() for i in idx})
         row_of = {index: row for row, index in enumerate(pool)}
-        n_test = len(test) if test_examples is None else min(test_examples, len(test))
+        tested = evaluation_sample(len(test), test_examples, seed=self.cfg.seed)
         return _FewShotSet(
             name,
             train.num_classes,
             pool_images=EvalImages(train, pool, **self._images),
-            test_images=EvalImages(test, range(n_test), **self._images),
+            test_images=EvalImages(test, tested, **self._images),
             rows={ks: torch.tensor([row_of[i] for i in idx]) for ks, idx in samples.items()},
         )
 
@@ -107,8 +111,13 @@ class TransferEvaluator:
             metrics[rf.UPSTREAM_TOP1] = hits.float().mean().item()
         return metrics
 
-    def finetune(self, model: torch.nn.Module, *, pretrain_image_size: int) -> dict[str, float]:
-        """Fine-tune a copy of ``model`` on each configured dataset; test top-1 per dataset."""
+    def finetune(
+        self, model: torch.nn.Module, *, pretrain_image_size: int, progress=None
+    ) -> dict[str, float]:
+        """Fine-tune a copy of ``model`` on each configured dataset; test top-1 per dataset.
+
+        ``progress`` keeps finished results and stops at a preemption signal
+        (:class:`vitscale.evals.finetune.Progress`); None: nothing kept, never stopped."""
         from .finetune import finetune_and_score
 
         ft = self.cfg.eval.finetune
@@ -119,6 +128,8 @@ class TransferEvaluator:
                 dataset=name,
                 accelerator=self.accelerator,
                 image_size=ft.image_size or pretrain_image_size,
+                num_workers=self.num_workers,
+                progress=progress,
             )
             for name in ft.datasets
         }

@@ -70,15 +70,22 @@ def _rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def _agree_with_rank0(acquired: bool) -> bool:
+def _agree_with_rank0(acquired: bool, config: dict) -> bool:
     """Every process of a multi-process cell follows rank 0's answer about the lock."""
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return acquired
-    import torch
     from accelerate import PartialState
     from accelerate.utils import broadcast_object_list
 
-    PartialState(cpu=not torch.cuda.is_available())  # joins the process group train() uses
+    from ..flops import count
+    from ..train.runtime import process_group_timeout, use_cpu
+
+    # Joins the process group train() uses, with the timeout its checkpoints need.
+    try:
+        params = count(config["model"]["name"], config["data"]["image_size"]).params
+    except (KeyError, TypeError, ValueError):  # train() reports a bad config in its own words
+        params = 0
+    PartialState(cpu=use_cpu(), timeout=process_group_timeout(params))
     return bool(broadcast_object_list([acquired], from_process=0)[0])
 
 
@@ -94,7 +101,7 @@ def run_cell(run_dir: str | Path) -> int:
     config = rf.read_json(run_dir / rf.CONFIG)
     # Only rank 0 takes the lock: the other ranks of a multi-process cell follow it.
     with cell_lock(run_dir) if _rank() == 0 else contextlib.nullcontext(True) as acquired:
-        if not _agree_with_rank0(acquired):
+        if not _agree_with_rank0(acquired, config):
             print(
                 f"{run_dir.name}: another process is running this cell; leaving it alone",
                 flush=True,
@@ -156,9 +163,18 @@ def serve() -> int:
     return EXIT_OK
 
 
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--serve"]:
-        sys.exit(serve())
-    if len(sys.argv) != 2:
+def main(argv: list[str]) -> int:
+    if argv == ["--serve"]:
+        return serve()
+    if len(argv) != 1:
         sys.exit("usage: python -m vitscale.grid.cellrun RUN_DIR | --serve")
-    sys.exit(run_cell(sys.argv[1]))
+    try:
+        return run_cell(argv[0])
+    finally:
+        from ..train.runtime import shutdown
+
+        shutdown()  # the process group, last (NCCL warns, and may hang at exit, otherwise)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

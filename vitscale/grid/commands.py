@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..models.names import parse
 from .cost import cell_cost
+from .fit import CellFit, apply, fit_grid
 from .plan import plan
 from .profile import Profile, load_profile
 from .spec import Grid, GridError, load_grid
@@ -56,9 +57,13 @@ def _patch(name: str) -> str:
 
 
 def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_json: bool) -> int:
+    """The cells, their cost and totals; with a profile also the peak memory per GPU and
+    the micro-batches (refusing, after the table, cells that fit at none)."""
     actions = {p.cell.id: p.action for p in plan(grid, runs_root)}
     est = profile or Profile(name="default")
     costs = [cell_cost(c, est, dataset_size=_dataset_size(grid, c)) for c in grid.cells]
+    fits = {f.cell.id: f for f in fit_grid(grid, profile)} if profile else {}
+    problems = [p for f in fits.values() for p in f.problems]
     todo = [c for c in costs if actions[c.cell.id] == "submit"]
     total = {
         "cells": len(costs),
@@ -84,6 +89,7 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
                 "exaflops": c.exaflops,
                 "gpu_hours": c.gpu_hours,
                 "action": actions[c.cell.id],
+                "memory": _memory_json(fits.get(c.cell.id)),
                 "config": c.cell.config.to_dict(),
             }
             for c in costs
@@ -91,13 +97,16 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
         print(
             json.dumps({"grid": grid.name, "cells": cells, "total": total}, indent=2, default=str)
         )
+        if problems:
+            raise GridError(problems)
         return 0
     print(
         f"grid {grid.name!r} ({grid.path}): {len(costs)} cells -> {runs_root / grid.name}/<cell id>/"
     )
+    memory_head = f" {'GiB/GPU':>7} {'micro':>9}" if fits else ""
     head = (
         f"{'id':<10} {'model':<17} {'patch':>5} {'data':<12} {'subset':>8} {'steps':>9} "
-        f"{'examples':>10} {'exaFLOPs':>10} {'GPU-h':>9}  state"
+        f"{'examples':>10} {'exaFLOPs':>10} {'GPU-h':>9}{memory_head}  state"
     )
     print(head)
     print("-" * len(head))
@@ -123,7 +132,8 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
         print(
             f"{c.cell.id:<10} {c.cell.config.model.name:<17} {_patch(c.cell.config.model.name):>5} "
             f"{_dataset(d.dataset):<12} {_subset(d.subset):>8} {fmt(c.steps, ','):>9} {fmt(examples, ''):>10} "
-            f"{fmt(c.exaflops, '.4g'):>10} {fmt(c.gpu_hours, ',.1f'):>9}  {state}"
+            f"{fmt(c.exaflops, '.4g'):>10} {fmt(c.gpu_hours, ',.1f'):>9}"
+            f"{_memory_cells(fits.get(c.cell.id))}  {state}"
         )
     print("-" * len(head))
     print(
@@ -131,7 +141,47 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
         f"{est.sustained_tflops:g} TFLOP/s sustained per GPU (profile {est.name!r}); "
         f"{total['to_run']} cells to run ({total['gpu_hours_to_run']:,.1f} GPU-hours), {total['done']} done"
     )
+    if fits:
+        print(
+            "GiB/GPU: estimated peak memory of a training or fine-tuning step per GPU "
+            f"({'usable ' + format(_usable_gib(profile), '.1f') + ' GiB per GPU' if profile.gpu_mem_gb else 'no gpu_mem_gb in the profile: nothing checked'}); "
+            "micro: pre-training micro-batch / per-GPU batch (fine-tuning's after the comma)"
+        )
+    if problems:
+        raise GridError(problems)
     return 0
+
+
+def _usable_gib(profile: Profile) -> float:
+    from ..memory import GiB, usable_bytes
+
+    return usable_bytes(profile.gpu_mem_gb * GiB) / GiB
+
+
+def _memory_cells(f: CellFit | None) -> str:
+    if f is None:
+        return ""
+    micro = f"{f.micro_batch or '-'}/{f.per_process_batch}"
+    if f.finetune_per_process_batch:
+        micro += f",{f.finetune_micro_batch or '-'}"
+    mark = "!" if f.problems else ""
+    return f" {f.memory_gib:>6.1f}{mark or ' '} {micro:>9}"
+
+
+def _memory_json(f: CellFit | None) -> dict | None:
+    if f is None:
+        return None
+    return {
+        "processes": f.processes,
+        "device": f.device,
+        "precision": f.precision,
+        "micro_batch_size": f.micro_batch,
+        "per_process_batch": f.per_process_batch,
+        "pretrain_bytes": f.pretrain.as_dict(),
+        "finetune_micro_batch_size": f.finetune_micro_batch,
+        "finetune_bytes": f.finetune.as_dict() if f.finetune else None,
+        "problems": list(f.problems),
+    }
 
 
 def _exaflops(value: float) -> str:
@@ -176,6 +226,11 @@ def grid(
     if executor == "slurm" and profile is None:
         raise ValueError("--executor slurm needs --profile slurm/profiles/NAME.yaml")
     _validate_for_running(g, profile)
+    if profile is not None:  # micro-batches that fit the profile's GPUs where the grid gives none
+        fits = fit_grid(g, profile)
+        if problems := [p for f in fits for p in f.problems]:
+            raise GridError(problems)
+        apply(fits)
     if executor == "local":
         from .local import run_local
 

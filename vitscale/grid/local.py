@@ -4,8 +4,10 @@ Each worker is one long-lived process (``python -m vitscale.grid.cellrun --serve
 runs the cells it is handed one after another, so the interpreter and library start-up is
 paid once per worker, not once per cell; a cell with ``processes > 1`` runs under its own
 ``torchrun``. Every cell's output is appended to ``RUN_DIR/log.txt``. The cores are split
-evenly between the workers (``OMP_NUM_THREADS``). Ctrl-C sends SIGTERM to the running
-cells, which checkpoint and stop; run the grid again to resume.
+evenly between the workers (``OMP_NUM_THREADS``), and so are the GPUs: worker ``i`` sees
+only its own ``processes`` of them (``CUDA_VISIBLE_DEVICES``), so two cells never share
+``cuda:0``. Ctrl-C sends SIGTERM to the running cells, which checkpoint and stop; run the
+grid again to resume.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from ..runfolder import LOG
 from .cellrun import EXIT_OK, EXIT_PREEMPTED
 from .plan import Planned, prepare
 
-__all__ = ["LOG", "cell_command", "run_local"]
+__all__ = ["LOG", "cell_command", "run_local", "visible_gpus", "gpu_groups"]
 
 _SERVE = [sys.executable, "-m", "vitscale.grid.cellrun", "--serve"]
 
@@ -37,6 +39,28 @@ def cell_command(run_dir: Path, *, processes: int) -> list[str]:
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
         "-m", "vitscale.grid.cellrun", str(run_dir),
     ]  # fmt: skip
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may hand out: ``CUDA_VISIBLE_DEVICES``, else every GPU."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [g.strip() for g in listed.split(",") if g.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def gpu_groups(gpus: list[str], *, workers: int, processes: int) -> list[list[str]] | None:
+    """``processes`` GPUs per worker, disjoint; None on a machine without GPUs."""
+    if not gpus:
+        return None
+    if workers * processes > len(gpus):
+        raise ValueError(
+            f"--workers {workers} x --processes {processes} needs {workers * processes} GPUs, "
+            f"and this machine has {len(gpus)} ({','.join(gpus)}); lower --workers or --processes"
+        )
+    return [gpus[i * processes : (i + 1) * processes] for i in range(workers)]
 
 
 class _Worker:
@@ -82,12 +106,17 @@ def run_local(planned: list[Planned], *, workers: int = 1, processes: int = 1) -
         raise ValueError(f"workers and processes must be at least 1, got {workers} and {processes}")
     threads = max(1, (os.cpu_count() or 1) // (workers * processes))
     env = os.environ | {"OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+    workers = min(workers, len(todo))
+    groups = gpu_groups(visible_gpus(), workers=workers, processes=processes) if todo else None
     pending: queue.Queue[Planned] = queue.Queue()
     for item in todo:
         pending.put(item)
     stopping = threading.Event()
     codes: dict[str, int] = {}
-    pool = [_Worker(env, processes) for _ in range(min(workers, len(todo)))]
+    pool = [
+        _Worker(env | ({"CUDA_VISIBLE_DEVICES": ",".join(groups[i])} if groups else {}), processes)
+        for i in range(workers)
+    ]
     bar = tqdm(total=len(todo), desc="cells", unit="cell", disable=not todo)
 
     def work(worker: _Worker) -> None:

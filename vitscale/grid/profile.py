@@ -11,6 +11,7 @@
     max_nodes: 16
     time_limit: "48:00:00"     # the partition's limit per job
     sustained_tflops: 400      # per GPU (per node when CPU-only), for --dry-run estimates
+    gpu_mem_gb: 80             # per GPU: --dry-run fits micro-batches to it
     array_parallelism: 32      # cells running at once
     signal_delay_s: 120        # SIGUSR1 this long before the time limit: checkpoint, requeue
     setup: ["module load cuda/12.4"]   # shell lines before each job
@@ -22,6 +23,7 @@ are checked against the profile before anything is submitted.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -58,6 +60,7 @@ class Profile:
     max_nodes: int = 1
     time_limit: str = "01:00:00"
     sustained_tflops: float = 100.0
+    gpu_mem_gb: float | None = None
     array_parallelism: int = 16
     signal_delay_s: int = 60
     setup: list[str] = field(default_factory=list)
@@ -117,6 +120,30 @@ def load_profile(path: str | Path) -> Profile:
             close = difflib.get_close_matches(key, valid, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(valid)}"
             problems.append(f"{path}: unknown key {key!r}{hint}")
+    for line in raw.get("setup") or []:
+        problems += [f"{path}: setup: {p}" for p in deprecated_env_names(str(line))]
     if problems:
         raise ValueError("\n".join(problems))
     return Profile(name=path.stem, **raw)
+
+
+# NCCL settings PyTorch reads under a TORCH_ name since 2.2; the old names are deprecated
+# (torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp) and will stop being read.
+DEPRECATED_ENV = {
+    old: f"TORCH_{old}"
+    for old in (
+        "NCCL_ASYNC_ERROR_HANDLING",
+        "NCCL_BLOCKING_WAIT",
+        "NCCL_DESYNC_DEBUG",
+        "NCCL_ENABLE_TIMING",
+        "NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK",
+    )
+}
+
+
+def deprecated_env_names(line: str) -> list[str]:
+    """One message per deprecated PyTorch/NCCL variable a shell line sets or reads."""
+    found = set(re.findall(r"(?<![A-Za-z0-9_])(NCCL_[A-Z_]+)", line)) & DEPRECATED_ENV.keys()
+    return [
+        f"{old} is deprecated since PyTorch 2.2; use {DEPRECATED_ENV[old]}" for old in sorted(found)
+    ]

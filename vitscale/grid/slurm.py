@@ -155,6 +155,18 @@ def shape_for(resources: dict[str, Any], profile: Profile, *, where: str = "reso
     )
 
 
+def srun_args(shape: Shape) -> list[str]:
+    """What ``srun`` must be told although ``sbatch`` was: SLURM 22.05 to 23.02 do not pass
+    ``--cpus-per-task`` from the allocation to the step, so each task would get one CPU for
+    its loader workers and threads. GPUs: every task sees all of its node's GPUs and picks
+    ``cuda:LOCAL_RANK`` (what the trainer's Accelerate does); ``--gpu-bind=none`` keeps a
+    cluster default from hiding the others (NCCL's peer-to-peer paths need them visible)."""
+    args = [f"--cpus-per-task={shape.cpus_per_task}"]
+    if shape.gpus_per_node:
+        args.append("--gpu-bind=none")
+    return args
+
+
 def executor_parameters(shape: Shape, profile: Profile, *, job_name: str) -> dict[str, Any]:
     """``submitit.SlurmExecutor.update_parameters`` arguments for one array."""
     params: dict[str, Any] = {
@@ -172,6 +184,7 @@ def executor_parameters(shape: Shape, profile: Profile, *, job_name: str) -> dic
             "signal": f"{PREEMPT_SIGNAL}@{profile.signal_delay_s}",
             "requeue": True,
         },
+        "srun_args": srun_args(shape),
     }
     if shape.gpus_per_node:
         params["gpus_per_node"] = shape.gpus_per_node

@@ -2,19 +2,24 @@
 
     train(config, workdir) -> result dict (also written to <workdir>/result.json)
 
+0. Preemption signals are handled from the start (before loader workers fork).
 1. Resolve and validate the config; build the Accelerator (devices, processes, precision).
 2. Data: the pre-training subset, its exact resumable batch stream, the transfer sets.
-3. Model, optimiser, schedule; compute per example from :mod:`vitscale.flops`.
+3. Model, optimiser, schedule; compute per example from :mod:`vitscale.flops`; the
+   micro-batch that fits the GPU (:mod:`vitscale.memory`) when the config gives none.
 4. Resume from the latest complete checkpoint if the run folder has one.
 5. The loop: micro-batches with gradient accumulation fill the global batch; clip; step;
-   log; evaluate; checkpoint periodically and on SIGUSR1/SIGTERM; stop on a non-finite
-   loss and record the step.
-6. Final evaluation and fine-tuning; ``result.json`` written last, atomically.
+   checkpoint on SIGUSR1/SIGTERM at the next step (agreed on the CPU). The host waits for
+   the device only at sync steps (log, evaluation, checkpoint, stop and last steps): there
+   it logs, stops on a non-finite loss (recording the first bad step), and checkpoints.
+6. Final evaluation and fine-tuning (resumable: :mod:`.finetune_progress`);
+   ``result.json`` written last, atomically.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -30,10 +35,11 @@ from ..evals.transfer import TransferEvaluator
 from ..models import create_model
 from ..published import published_compute
 from ..tracking import Tracker
-from . import checkpoint
+from . import checkpoint, finetune_progress
 from .optim import build_adamw, build_schedule
-from .runtime import make_accelerator, peak_flops
-from .signals import Preempted, PreemptionFlag
+from .runtime import make_accelerator, mfu, peak_flops, process_group_timeout, release
+from .signals import Preempted, PreemptionFlag, agreement_group
+from .speed import channels_last_for, compile_model, micro_batch_for, num_workers_for
 from .timing import Stopwatch
 
 __all__ = ["train", "Preempted", "TrainingFailed"]
@@ -68,14 +74,21 @@ def _micro_batches(images: torch.Tensor, targets: torch.Tensor, size: int):
 
 
 def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
-    run_dir = Path(workdir)
+    # 0. SIGUSR1/SIGTERM raise a flag from here on: loader workers forked later ignore them.
+    with PreemptionFlag() as preemption:
+        return _train(config, Path(workdir), preemption)
+
+
+def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> dict[str, Any]:
     started = time.time()
     setup_started = time.perf_counter()
 
     # 1. Config and launch ------------------------------------------------------------
     cfg = config if isinstance(config, Config) else resolve(config)
     accelerator, precision = make_accelerator(
-        precision=cfg.train.precision, seed_everything=cfg.seed
+        precision=cfg.train.precision,
+        seed_everything=cfg.seed,
+        timeout=process_group_timeout(flops.count(cfg.model.name, cfg.data.image_size).params),
     )
     cfg = resolve(cfg, num_processes=accelerator.num_processes)
     world, rank, is_main = (
@@ -84,8 +97,9 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
         accelerator.is_main_process,
     )
     per_process = cfg.train.batch_size // world
-    micro = cfg.train.micro_batch_size or per_process
-    accumulation = per_process // micro
+    device = accelerator.device
+    stop_group = agreement_group()  # where the processes agree on a stop signal
+    num_workers = num_workers_for(cfg, device=device)
 
     # 2. Data -------------------------------------------------------------------------
     d = cfg.data
@@ -152,6 +166,18 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
         pool=cfg.model.pool,
         pre_logits=cfg.model.pre_logits,
     )
+    micro = micro_batch_for(
+        cfg, per_process=per_process, num_classes=train_set.num_classes, device=device
+    )
+    accumulation = per_process // micro
+    channels_last = channels_last_for(cfg, device=device)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    accelerator.print(
+        f"{cid}: {world} process(es) on {device} "
+        f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}), {precision}, "
+        f"micro-batch {micro} x {accumulation} per process, {num_workers} loader worker(s)"
+    )
     o = cfg.optim
     optimizer = build_adamw(model, lr=o.lr, weight_decay=o.weight_decay, betas=o.betas)
     schedule = build_schedule(
@@ -163,6 +189,7 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
     )
     model, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(model)
+    forward = compile_model(model, cfg.train.compile) if cfg.train.compile else model
 
     # 4. Resume -----------------------------------------------------------------------
     ckpt_dir = run_dir / rf.CHECKPOINTS
@@ -180,7 +207,11 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
         unwrapped.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
-        progress |= state["progress"] | {"restarts": state["progress"]["restarts"] + 1}
+        progress |= state["progress"]
+        tuned = finetune_progress.read(run_dir).get("progress")
+        if tuned and tuned["restarts"] >= progress["restarts"]:  # stopped while fine-tuning
+            progress |= {k: tuned[k] for k in ("elapsed_s", "time_s", "restarts")}
+        progress["restarts"] += 1
         if rng is not None:
             checkpoint.set_rng_state(rng)
         accelerator.print(
@@ -193,7 +224,10 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
         run_dir=run_dir, config=resolved, cell_id=cid, enabled=is_main, resume_step=step
     )
     evaluator = TransferEvaluator(
-        cfg, accelerator=accelerator, upstream_num_classes=train_set.num_classes
+        cfg,
+        accelerator=accelerator,
+        upstream_num_classes=train_set.num_classes,
+        num_workers=num_workers,
     )
     batches = iter(
         build_loader(
@@ -203,10 +237,9 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
             num_replicas=world,
             rank=rank,
             start_step=step,
-            num_workers=d.num_workers,
+            num_workers=num_workers,
         )
     )
-    device = accelerator.device
     peak = peak_flops(device)
 
     def examples_seen(at_step: int) -> int:
@@ -216,17 +249,20 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
         ours = cost.train_flops_per_example * examples_seen(at_step) / 1e18
         return ours + (published.exaflops if published else 0.0)
 
+    def clock() -> dict[str, Any]:
+        """The progress to save now: steps, wall-clock and time per phase so far."""
+        return progress | {
+            "step": step,
+            "elapsed_s": progress["elapsed_s"] + time.time() - started,
+            "time_s": dict(watch.totals),
+        }
+
     def save_checkpoint() -> None:
         state = {
             "model": unwrapped.state_dict(),
             "optimizer": optimizer.state_dict(),
             "schedule": schedule.state_dict(),
-            "progress": progress
-            | {
-                "step": step,
-                "elapsed_s": progress["elapsed_s"] + time.time() - started,
-                "time_s": watch.totals,
-            },
+            "progress": clock(),
         }
         checkpoint.save(
             ckpt_dir,
@@ -287,111 +323,149 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
     watch.totals["setup"] += time.perf_counter() - setup_started
     last_log = (time.time(), step)
     final_metrics: dict[str, Any] = {}
+    # The first step whose loss or gradient was not finite, on the device: read only at
+    # sync steps, so the host never waits for the device in between.
+    first_bad = torch.zeros((), dtype=torch.int64, device=device)
+    skipped_since_sync = 0  # bad examples this process's loader replaced (sharded sets)
     try:
-        with PreemptionFlag() as preemption:
-            while step < total_steps:
-                with watch("data"):
-                    batch = next(batches)
-                    skipped = getattr(batch, "skipped", ())  # sharded sets: bad examples replaced
-                    images, targets = batch
-                    images, targets = (
-                        images.to(device, non_blocking=True),
-                        targets.to(device, non_blocking=True),
-                    )
-                with watch("step"):
-                    loss_sum = torch.zeros((), device=device)
-                    for i, (x, y) in enumerate(_micro_batches(images, targets, micro)):
-                        sync = i == accumulation - 1
-                        with (
-                            accelerator.no_sync(model) if not sync else contextlib.nullcontext(),
-                            accelerator.autocast(),
-                        ):
-                            loss = loss_fn(
-                                model(x),
-                                y,
-                                kind=loss_kind,
-                                label_smoothing=cfg.train.label_smoothing,
-                            )
-                        accelerator.backward(loss / accumulation)
-                        loss_sum += loss.detach()
-                    grad_norm = accelerator.clip_grad_norm_(
-                        model.parameters(), cfg.train.grad_clip or float("inf")
-                    )
-                    local_loss = loss_sum / accumulation
-                    flags = torch.tensor(
-                        [
-                            float(not torch.isfinite(local_loss) or not torch.isfinite(grad_norm)),
-                            float(preemption.requested),
-                            float(len(skipped)),
-                        ],
-                        device=device,
-                    )
-                    flags = accelerator.reduce(flags, reduction="sum") if world > 1 else flags
-                    if flags[0] > 0:
-                        error = f"non-finite loss at step {step + 1}: stopped; last good checkpoint kept"
-                        final_metrics = {rf.TRAIN_LOSS: float(local_loss)}
-                        raise TrainingFailed(error, step + 1)
-                    if flags[2] > 0:
-                        progress["skipped_samples"] += int(flags[2])
-                        progress["skipped"] = (progress["skipped"] + list(skipped))[:100]
-                        if progress["skipped_samples"] > d.skip_bad_samples:
-                            raise TrainingFailed(
-                                f"{progress['skipped_samples']} bad examples replaced, more than "
-                                f"data.skip_bad_samples={d.skip_bad_samples}; last good checkpoint "
-                                f"kept; latest: {(skipped or ['(on another process)'])[-1]}",
-                                step + 1,
-                            )
-                    optimizer.step()
-                    schedule.step()
-                    optimizer.zero_grad(set_to_none=True)
-                step += 1
-
-                row: dict[str, Any] = {}
-                log_started = time.perf_counter()
-                if step % cfg.train.log_every == 0 or step == total_steps:
-                    mean_loss = (
-                        accelerator.reduce(local_loss, reduction="mean")
-                        if world > 1
-                        else local_loss
-                    )
-                    now = time.time()
-                    rate = (
-                        (step - last_log[1]) * cfg.train.batch_size / max(now - last_log[0], 1e-9)
-                    )
-                    last_log = (now, step)
-                    row |= {
-                        rf.TRAIN_LOSS: float(mean_loss),
-                        rf.LR: schedule.get_last_lr()[0],
-                        "train/grad_norm": float(grad_norm),
-                        rf.THROUGHPUT: rate,
-                    }
-                    if peak:
-                        row[rf.MFU] = rate * 3 * cost.flops / peak
-                watch.totals["log"] += time.perf_counter() - log_started
-                if step == total_steps or (
-                    cfg.train.eval_every and step % cfg.train.eval_every == 0
-                ):
-                    model.eval()
-                    with watch("eval"):
-                        row |= evaluate()
-                    model.train()
-                if row:
-                    with watch("log"):
-                        tracker.log(
-                            {
-                                rf.STEP: step,
-                                rf.EXAMPLES_SEEN: examples_seen(step),
-                                rf.EXAFLOPS: exaflops(step),
-                            }
-                            | row
+        while step < total_steps:
+            with watch("data"):
+                batch = next(batches)
+                skipped = getattr(batch, "skipped", ())  # sharded sets: bad examples replaced
+                skipped_since_sync += len(skipped)
+                progress["skipped"] = (progress["skipped"] + list(skipped))[:100]
+                images, targets = batch
+                images, targets = (
+                    images.to(device, non_blocking=True),
+                    targets.to(device, non_blocking=True),
+                )
+                if channels_last:
+                    images = images.contiguous(memory_format=torch.channels_last)
+            with watch("step"):
+                loss_sum = torch.zeros((), device=device)
+                for i, (x, y) in enumerate(_micro_batches(images, targets, micro)):
+                    sync = i == accumulation - 1
+                    with (
+                        accelerator.no_sync(model) if not sync else contextlib.nullcontext(),
+                        accelerator.autocast(),
+                    ):
+                        loss = loss_fn(
+                            forward(x),
+                            y,
+                            kind=loss_kind,
+                            label_smoothing=cfg.train.label_smoothing,
                         )
-                    final_metrics |= row
-                periodic = cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0
-                if periodic or step == total_steps or flags[1] > 0:
-                    with watch("checkpoint"):
-                        save_checkpoint()
-                if flags[1] > 0 and step < total_steps:
-                    raise Preempted(step, preemption.signal_name)
+                    accelerator.backward(loss / accumulation)
+                    loss_sum += loss.detach()
+                grad_norm = accelerator.clip_grad_norm_(
+                    model.parameters(), cfg.train.grad_clip or float("inf")
+                )
+                local_loss = loss_sum / accumulation
+                bad = ~(torch.isfinite(local_loss) & torch.isfinite(grad_norm))
+                first_bad = torch.where(bad & (first_bad == 0), step + 1, first_bad)
+                optimizer.step()
+                schedule.step()
+                optimizer.zero_grad(set_to_none=True)
+            step += 1
+
+            periodic = bool(cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0)
+            evaluating = step == total_steps or bool(
+                cfg.train.eval_every and step % cfg.train.eval_every == 0
+            )
+            logging = step % cfg.train.log_every == 0 or step == total_steps
+            stop = preemption.agreed(stop_group)  # every step, without waiting for the device
+            if not (logging or evaluating or periodic or stop):
+                continue  # no sync: the host queues the next step at once
+            # Sync step: every process agrees on a bad step and on the bad examples
+            # replaced since the last one.
+            flags = torch.stack(
+                [first_bad.float(), torch.tensor(float(skipped_since_sync), device=device)]
+            )
+            if world > 1:
+                flags = accelerator.gather(flags).view(world, 2)
+                bad_steps = flags[:, 0][flags[:, 0] > 0]
+                first = bad_steps.min() if len(bad_steps) else flags.new_zeros(())
+                flags = torch.stack([first, flags[:, 1].sum()])
+            failed_at, replaced = (int(v) for v in flags.tolist())
+            if failed_at:
+                error = f"non-finite loss at step {failed_at}: stopped; last good checkpoint kept"
+                final_metrics = {rf.TRAIN_LOSS: float(local_loss)}
+                raise TrainingFailed(error, failed_at)
+            progress["skipped_samples"] += replaced
+            skipped_since_sync = 0
+            if progress["skipped_samples"] > d.skip_bad_samples:
+                raise TrainingFailed(
+                    f"{progress['skipped_samples']} bad examples replaced, more than "
+                    f"data.skip_bad_samples={d.skip_bad_samples}; last good checkpoint kept; "
+                    f"latest: {(progress['skipped'] or ['(on another process)'])[-1]}",
+                    step,
+                )
+
+            row: dict[str, Any] = {}
+            log_started = time.perf_counter()
+            if logging:
+                mean_loss = (
+                    accelerator.reduce(local_loss, reduction="mean") if world > 1 else local_loss
+                )
+                now = time.time()
+                rate = (step - last_log[1]) * cfg.train.batch_size / max(now - last_log[0], 1e-9)
+                last_log = (now, step)
+                row |= {
+                    rf.TRAIN_LOSS: float(mean_loss),
+                    rf.LR: schedule.get_last_lr()[0],
+                    "train/grad_norm": float(grad_norm),
+                    rf.THROUGHPUT: rate,
+                }
+                if peak:
+                    row[rf.MFU] = mfu(
+                        rate, flops_per_image=3 * cost.flops, processes=world, peak=peak
+                    )
+                if device.type == "cuda":  # this process's high-water mark (no sync)
+                    row["memory/peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+            watch.totals["log"] += time.perf_counter() - log_started
+            if evaluating:
+                model.eval()
+                with watch("eval"):
+                    row |= evaluate()
+                model.train()
+            if row:
+                with watch("log"):
+                    tracker.log(
+                        {
+                            rf.STEP: step,
+                            rf.EXAMPLES_SEEN: examples_seen(step),
+                            rf.EXAFLOPS: exaflops(step),
+                        }
+                        | row
+                    )
+                final_metrics |= row
+            if periodic or step == total_steps or stop:
+                with watch("checkpoint"):
+                    save_checkpoint()
+            if stop and step < total_steps:
+                raise Preempted(step, preemption.signal_name)
+
+        # 6. Fine-tuning and result ---------------------------------------------------
+        # Keep only the weights: the loader's workers end, and the GPU lets go of AdamW's
+        # moments and DDP's buckets (three times the weights) before fine-tuning.
+        del batches
+        release(accelerator, model, optimizer)
+        model = forward = optimizer = schedule = None
+        unwrapped.eval()
+        if not final_metrics:  # resumed after the last step (stopped during fine-tuning)
+            final_metrics = _logged_at(run_dir, total_steps)
+        if not final_metrics:  # ... and its row was never logged, or a published cell
+            with watch("eval"):
+                final_metrics = evaluate()
+            if total_steps == 0:
+                tracker.log(
+                    {rf.STEP: 0, rf.EXAMPLES_SEEN: 0, rf.EXAFLOPS: exaflops(0)} | final_metrics
+                )
+        tuning = finetune_progress.FinetuneProgress(
+            run_dir, accelerator=accelerator, preemption=preemption, group=stop_group, clock=clock
+        )
+        with watch("finetune"):
+            tuned = evaluator.finetune(unwrapped, pretrain_image_size=d.image_size, progress=tuning)
     except Preempted:
         tracker.close()
         raise
@@ -405,20 +479,18 @@ def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
             final=final_metrics,
         )
         raise
-
-    # 6. Fine-tuning and result -------------------------------------------------------
-    model.eval()
-    if not final_metrics:  # resumed after the last step, or a published cell (no steps)
-        with watch("eval"):
-            final_metrics = evaluate()
-        if total_steps == 0:
-            tracker.log({rf.STEP: 0, rf.EXAMPLES_SEEN: 0, rf.EXAFLOPS: exaflops(0)} | final_metrics)
-    with watch("finetune"):
-        tuned = evaluator.finetune(unwrapped, pretrain_image_size=d.image_size)
     if tuned:
         final_metrics |= {rf.finetune_key(ds): acc for ds, acc in tuned.items()}
         progress["best"] |= {rf.finetune_key(ds): acc for ds, acc in tuned.items()}
     return finish(rf.STATUS_DONE, final=final_metrics, tuned=tuned)
+
+
+def _logged_at(run_dir: Path, step: int) -> dict[str, Any]:
+    """The metrics logged at ``step`` (what the run's final metrics were when it got there)."""
+    path = run_dir / rf.METRICS
+    rows = [r for r in rf.iter_metrics(path) if r.get(rf.STEP) == step] if path.is_file() else []
+    skip = {rf.STEP, rf.EXAMPLES_SEEN, rf.EXAFLOPS}
+    return {k: v for k, v in rows[-1].items() if k not in skip} if rows else {}
 
 
 def _check_same_run(run_dir: Path, cid: str) -> None:

@@ -7,18 +7,44 @@ is visible; ``end_training()`` destroys the process group, so it is called last.
 
 Precision ``auto`` is bf16 where the hardware runs it fast (CUDA GPUs with bf16 support;
 CPUs with AVX512-BF16 or AMX units, measured 1.2-1.8x faster than fp32 for the demo
-models), fp32 elsewhere.
+models), fp32 elsewhere. What stays fp32 on a GPU (matmuls outside autocast, fp32 runs)
+may use TF32 tensor cores.
+
+The process group's timeout is sized for the longest collective wait of a run: the other
+ranks wait at a barrier while rank 0 alone writes a checkpoint (weights and optimiser
+state, 16 bytes per parameter under AdamW) to a shared file system.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import functools
+import gc
 import os
+import re
 
 import torch
 
-# Dense bf16 peak (no sparsity) from the vendors' data sheets, FLOP/s; for MFU.
-PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12}
+# Dense bf16 tensor-core peak (no sparsity) per GPU from the vendors' data sheets, FLOP/s,
+# for MFU. First match of the CUDA device name wins, so variants come before their family.
+PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
+    (r"H200 NVL", 835e12),  # H200 NVL: 1,671 TFLOP/s with sparsity
+    (r"H200", 989e12),  # H200 SXM
+    (r"H100 NVL", 835e12),  # H100 NVL: 1,671 TFLOP/s with sparsity
+    (r"H100.*PCIe", 756e12),  # H100 PCIe: 1,513 TFLOP/s with sparsity
+    (r"H100", 989e12),  # H100 SXM ("NVIDIA H100 80GB HBM3")
+    (r"A100", 312e12),  # A100 40/80 GB, SXM and PCIe alike
+    (r"L40S", 362e12),
+    (r"A10G", 70e12),  # AWS's A10G (its own data sheet), not the A10's 125
+    (r"A10\b", 125e12),
+)
+
+# Checkpoint write speed assumed when sizing the process group's timeout: a slow shared
+# file system under load. The timeout never goes below 30 min (gloo's default; NCCL's is
+# 10 min, which a ViT-H checkpoint at this speed, 10 GB, would exceed).
+CHECKPOINT_WRITE_BYTES_PER_S = 20e6
+MIN_TIMEOUT_S = 1800.0
 
 
 @functools.cache
@@ -40,22 +66,44 @@ def resolve_precision(precision: str) -> str:
     return "bf16" if cpu_has_fast_bf16() else "fp32"
 
 
-def make_accelerator(*, precision: str, seed_everything: int | None = None):
+def process_group_timeout(params: int) -> dt.timedelta:
+    """Long enough for rank 0 to write a checkpoint of a ``params``-parameter model while
+    the other ranks wait (twice the time at :data:`CHECKPOINT_WRITE_BYTES_PER_S`)."""
+    write_s = 16 * params / CHECKPOINT_WRITE_BYTES_PER_S
+    return dt.timedelta(seconds=max(MIN_TIMEOUT_S, 2 * write_s))
+
+
+def use_cpu() -> bool:
+    return not torch.cuda.is_available() or os.environ.get("ACCELERATE_USE_CPU") == "1"
+
+
+def make_accelerator(
+    *, precision: str, seed_everything: int | None = None, timeout: dt.timedelta | None = None
+):
     """A fresh Accelerator for one run (``train`` may be called repeatedly in a process).
 
     Accelerate keeps its precision in a process-wide singleton and refuses a second run
     with another precision; the per-run part is reset here, the process group (the
-    ``PartialState``) is kept.
+    ``PartialState``) is kept. ``timeout``: the process group's, when this call creates it
+    (:func:`process_group_timeout`).
     """
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
-    from accelerate.utils import set_seed
+    from accelerate.utils import InitProcessGroupKwargs, set_seed
 
-    use_cpu = not torch.cuda.is_available() or os.environ.get("ACCELERATE_USE_CPU") == "1"
     mixed = resolve_precision(precision)
     AcceleratorState._reset_state(reset_partial_state=False)
     GradientState._reset_state()
-    accelerator = Accelerator(cpu=use_cpu, mixed_precision="bf16" if mixed == "bf16" else "no")
+    # fp32 matmuls and convolutions on TF32 tensor cores (the legacy flags: the new
+    # per-backend API raises when mixed with them, and these touch CUDA only).
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    handlers = [InitProcessGroupKwargs(timeout=timeout)] if timeout is not None else []
+    accelerator = Accelerator(
+        cpu=use_cpu(),
+        mixed_precision="bf16" if mixed == "bf16" else "no",
+        kwargs_handlers=handlers,
+    )
     if seed_everything is not None:
         set_seed(seed_everything)
     return accelerator, mixed
@@ -75,5 +123,43 @@ def peak_flops(device: torch.device) -> float | None:
     """Dense bf16 peak of the GPU ``device`` is on, if known (for model-FLOPs utilisation)."""
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
+    return peak_flops_of(torch.cuda.get_device_name(device))
+
+
+def peak_flops_of(device_name: str) -> float | None:
+    """Dense bf16 peak FLOP/s of one GPU from its CUDA name, or None if not in the table."""
+    return next(
+        (v for pattern, v in PEAK_BF16_FLOPS if re.search(pattern, device_name, re.IGNORECASE)),
+        None,
+    )
+
+
+def mfu(images_per_s: float, *, flops_per_image: float, processes: int, peak: float) -> float:
+    """Model-FLOPs utilisation of one device: the global rate's share of one device
+    (``/ processes``) at training FLOPs per image, over that device's peak."""
+    return images_per_s / processes * flops_per_image / peak
+
+
+@contextlib.contextmanager
+def prepared(accelerator, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
+    """``accelerator.prepare(model, optimizer)`` for the duration, then released: the
+    Accelerator drops its references (it keeps every prepared object otherwise: 25
+    fine-tunes would keep 25 models on the GPU), and the memory goes back."""
+    model, optimizer = accelerator.prepare(model, optimizer)
+    try:
+        yield model, optimizer
+    finally:
+        release(accelerator, model, optimizer)
+        del model, optimizer
+        gc.collect()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+
+
+def release(accelerator, *objects) -> None:
+    """Forget ``objects`` (prepared models, optimisers, schedulers) in ``accelerator``
+    without touching the others (``Accelerator.free_memory`` forgets all of them)."""
+    ids = {id(o) for o in objects}
+    for attr in ("_models", "_optimizers", "_schedulers", "_dataloaders"):
+        held = getattr(accelerator, attr, [])
+        held[:] = [o for o in held if id(o) not in ids]

@@ -1,6 +1,13 @@
 """Preemption signals: SIGUSR1 (SLURM's ``--signal`` before a time limit or preemption)
 and SIGTERM (what SLURM sends at the limit). The handler only raises a flag; the training
 loop checkpoints at the next step boundary, where the state is consistent, and stops.
+
+The processes of a run must stop at the same step, so after every step they agree on the
+flag (:meth:`PreemptionFlag.agreed`): a sum of one number over a gloo group, on the CPU,
+so the agreement never waits for the GPU (a NaN check does, and waits for the log step).
+
+The flag is installed for the whole of a run, before any loader worker is forked: SLURM
+signals the workers too, and they ignore the signals (:mod:`vitscale.data.workers`).
 """
 
 from __future__ import annotations
@@ -8,7 +15,20 @@ from __future__ import annotations
 import signal
 import threading
 
-PREEMPTION_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+from ..data.workers import PREEMPTION_SIGNALS
+
+
+def agreement_group():
+    """The process group :meth:`PreemptionFlag.agreed` sums over: the default group when
+    it is gloo (CPU runs), else a gloo group beside NCCL; None for a single process.
+    Every process must call it (creating a group is collective)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return None
+    if dist.get_backend() == "gloo":
+        return dist.group.WORLD
+    return dist.new_group(backend="gloo")
 
 
 class PreemptionFlag:
@@ -18,6 +38,18 @@ class PreemptionFlag:
         self.requested = False
         self.signal_name: str | None = None
         self._previous: dict[int, object] = {}
+
+    def agreed(self, group=None) -> bool:
+        """Whether any process of ``group`` (:func:`agreement_group`) was signalled; every
+        process gets the same answer. A CPU collective: the GPU is not waited for."""
+        if group is None:
+            return self.requested
+        import torch
+        import torch.distributed as dist
+
+        flag = torch.tensor([int(self.requested)])
+        dist.all_reduce(flag, group=group)
+        return bool(flag.item())
 
     def _handler(self, signum, frame) -> None:
         self.requested = True
@@ -38,7 +70,11 @@ class PreemptionFlag:
 class Preempted(Exception):
     """Training stopped at a checkpoint because a preemption signal arrived."""
 
-    def __init__(self, step: int, signal_name: str | None) -> None:
-        super().__init__(f"preempted by {signal_name or 'a signal'}: checkpointed at step {step}")
+    def __init__(self, step: int, signal_name: str | None, *, during: str | None = None) -> None:
+        where = f"{during} " if during else ""
+        super().__init__(
+            f"preempted by {signal_name or 'a signal'}: checkpointed {where}at step {step}"
+        )
         self.step = step
         self.signal_name = signal_name
+        self.during = during

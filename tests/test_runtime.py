@@ -1,0 +1,159 @@
+"""Where a run executes: honest peak FLOP/s per GPU, TF32, NCCL's current variable names,
+loader workers chosen per machine and started with the renderer already built, GPUs
+split between local workers, and evaluation samples drawn at random, never the first n."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from vitscale.config import resolve
+from vitscale.data import build_dataset
+from vitscale.data import workers as loader_workers
+from vitscale.evals.features import evaluation_sample
+from vitscale.grid.local import gpu_groups
+from vitscale.grid.profile import load_profile
+from vitscale.train import runtime
+
+from .conftest import tiny_config
+
+
+@pytest.mark.parametrize(
+    ("device_name", "peak_tflops"),
+    [
+        ("NVIDIA H100 80GB HBM3", 989),  # SXM
+        ("NVIDIA H100 PCIe", 756),
+        ("NVIDIA H100 NVL", 835),
+        ("NVIDIA H200", 989),
+        ("NVIDIA H200 NVL", 835),
+        ("NVIDIA A100-SXM4-40GB", 312),
+        ("NVIDIA A100-SXM4-80GB", 312),
+        ("NVIDIA A100 80GB PCIe", 312),
+        ("NVIDIA L40S", 362),
+        ("NVIDIA A10G", 70),
+        ("NVIDIA A10", 125),
+        ("NVIDIA GeForce RTX 4090", None),  # not in the table: no MFU rather than a wrong one
+    ],
+)
+def test_peak_flops_per_gpu_from_its_cuda_name(device_name, peak_tflops):
+    peak = runtime.peak_flops_of(device_name)
+    assert (peak and round(peak / 1e12)) == peak_tflops
+
+
+def test_mfu_is_per_device():
+    """8 GPUs training 8,000 images/s at 1 GFLOP each on 100 TFLOP/s devices: each does
+    1,000 images/s, 1% of its peak, not 8%."""
+    assert runtime.mfu(8000, flops_per_image=1e9, processes=8, peak=100e12) == pytest.approx(0.01)
+
+
+def test_fp32_matmuls_may_use_tf32():
+    import torch
+
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        runtime.make_accelerator(precision="fp32")
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def test_process_group_timeout_covers_a_checkpoint_write():
+    """Never below 30 min; at 20 MB/s a ViT-22B-sized state (16 bytes a parameter) needs
+    more, and gets twice its write time."""
+    assert runtime.process_group_timeout(86_000_000).total_seconds() == 1800
+    assert runtime.process_group_timeout(22_000_000_000).total_seconds() == pytest.approx(
+        2 * 16 * 22e9 / 20e6
+    )
+
+
+def test_profiles_use_current_nccl_variable_names(tmp_path):
+    shipped = sorted((Path(__file__).resolve().parents[1] / "slurm" / "profiles").glob("*.yaml"))
+    assert shipped
+    for path in shipped:
+        load_profile(path)  # each shipped profile loads: none sets a deprecated name
+    old = tmp_path / "old.yaml"
+    old.write_text(
+        yaml.safe_dump(
+            {"setup": ["export NCCL_ASYNC_ERROR_HANDLING=1", "export NCCL_BLOCKING_WAIT=1"]}
+        )
+    )
+    with pytest.raises(ValueError) as refused:
+        load_profile(old)
+    message = str(refused.value)
+    assert (
+        "NCCL_ASYNC_ERROR_HANDLING is deprecated since PyTorch 2.2; use TORCH_NCCL_ASYNC_ERROR_HANDLING"
+        in message
+    )
+    assert "use TORCH_NCCL_BLOCKING_WAIT" in message
+
+
+def test_loader_workers_are_chosen_per_machine(monkeypatch):
+    monkeypatch.setattr(loader_workers, "available_cpus", lambda: 96)
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    auto = loader_workers.auto_num_workers
+    assert auto(processes_on_node=8, accelerated=True) == 11  # 12 CPUs each, one trains
+    assert auto(processes_on_node=1, accelerated=True) == loader_workers.MAX_AUTO_WORKERS
+    assert auto(processes_on_node=8, accelerated=False) == 0  # CPU runs train on every core
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "4")  # what SLURM gave this task
+    assert auto(processes_on_node=8, accelerated=True) == 3
+    with pytest.raises(ValueError, match="data.num_workers must be 0 or more"):
+        resolve(tiny_config(data={"num_workers": -1}))
+
+
+_FORK_READY = """
+from vitscale.data import _fused, build_dataset, build_loader
+ds = build_dataset("synthetic-glyphs", "train", image_size=32, subset=64)
+assert "module" not in _fused._state
+loader = build_loader(ds, batch_size=8, seed=0, num_workers=2)
+print("built before fork:", "module" in _fused._state and _fused._state["module"] is not None)
+images, labels = next(iter(loader))
+print("batch:", tuple(images.shape))
+"""
+
+
+def test_the_fused_renderer_is_built_before_workers_fork():
+    """Workers inherit the compiled renderer instead of each building or loading it."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_READY], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "built before fork: True" in done.stdout and "batch: (8, 3, 32, 32)" in done.stdout
+
+
+def test_local_workers_get_their_own_gpus():
+    assert gpu_groups([], workers=2, processes=1) is None  # a CPU machine
+    assert gpu_groups(["0", "1", "2", "3"], workers=2, processes=2) == [["0", "1"], ["2", "3"]]
+    assert gpu_groups(["4", "6"], workers=2, processes=1) == [["4"], ["6"]]
+    with pytest.raises(
+        ValueError,
+        match=r"--workers 3 x --processes 1 needs 3 GPUs, and this machine has 2 \(0,1\)",
+    ):
+        gpu_groups(["0", "1"], workers=3, processes=1)
+
+
+def test_capped_evaluations_read_a_seeded_random_sample():
+    """A class-sorted split (folders, torchvision sets): the first 50 of 1,000 images are
+    5 classes of 100; the sample reads nearly all of them, the same for the same seed."""
+    labels = np.repeat(np.arange(100), 10)
+    sample = evaluation_sample(1000, 50, seed=0)
+    assert len(set(sample)) == 50 and sample == sorted(sample)
+    assert len(set(labels[sample])) > 35 and len(set(labels[:50])) == 5
+    assert sample == evaluation_sample(1000, 50, seed=0) != evaluation_sample(1000, 50, seed=1)
+    assert evaluation_sample(30, 50, seed=0) == list(range(30))  # fewer than asked: all
+
+
+def test_upstream_top1_reads_the_sample(tmp_path):
+    from vitscale.evals.transfer import TransferEvaluator
+
+    cfg = resolve(tiny_config(eval={"fewshot": {"datasets": []}, "upstream": {"examples": 40}}))
+    accelerator, _ = runtime.make_accelerator(precision="fp32")
+    evaluator = TransferEvaluator(cfg, accelerator=accelerator, upstream_num_classes=256)
+    test = build_dataset("synthetic", "test", image_size=32)
+    assert evaluator.upstream.indices == evaluation_sample(len(test), 40, seed=cfg.seed)
+    assert evaluator.upstream.indices != list(range(40))

@@ -1,0 +1,127 @@
+"""Choices that make a run fast on its hardware without changing what it computes.
+
+Each is a config key whose ``null`` means "what suits this machine":
+
+- ``data.num_workers``: on a GPU, loader workers render or decode beside the step (the
+  synthetic renderer is about 1k images/s per thread at 224 px, a third of what one H100
+  trains ViT-B/16 on); on a CPU the cores train, and workers would take them away.
+- ``train.micro_batch_size``: on a GPU, the largest micro-batch whose step fits its
+  memory (:mod:`vitscale.memory`); on a CPU the whole per-process batch. Fine-tuning's
+  ``eval.finetune.micro_batch_size`` likewise, at its resolution, beside the kept model.
+- ``train.channels_last``: on a GPU for ResNets and hybrids, whose convolutions cuDNN
+  runs fastest on NHWC bf16 tensors; ViTs have a single (patch) convolution.
+- ``train.compile``: ``torch.compile`` of the training model, off unless asked (minutes
+  of compilation per cell, and each new shape compiles again).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .. import memory
+from ..config import Config, ConfigError
+from ..data.workers import auto_num_workers
+from ..flops import count
+from ..models.names import family
+from .runtime import resolve_precision
+
+
+def num_workers_for(cfg: Config, *, device: torch.device) -> int:
+    if cfg.data.num_workers is not None:
+        return cfg.data.num_workers
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # torchrun and our SLURM tasks set it
+    return auto_num_workers(processes_on_node=local, accelerated=device.type == "cuda")
+
+
+def micro_batch_for(
+    cfg: Config, *, per_process: int, num_classes: int, device: torch.device
+) -> int:
+    """Pre-training's micro-batch per process."""
+    if cfg.train.micro_batch_size:
+        return cfg.train.micro_batch_size
+    return _fit(
+        per_process,
+        device,
+        what="train.micro_batch_size",
+        name=cfg.model.name,
+        image_size=cfg.data.image_size,
+        num_classes=num_classes,
+        head="pretrain",
+        pool=cfg.model.pool,
+        pre_logits=cfg.model.pre_logits,
+        dropout=cfg.model.dropout or 0.0,
+        precision=resolve_precision(cfg.train.precision),
+        optimizer="adamw",
+        loss=cfg.train.loss or "softmax",
+    )
+
+
+def finetune_micro_batch_for(
+    cfg: Config, *, per_process: int, num_classes: int, image_size: int, device: torch.device
+) -> int:
+    """Fine-tuning's micro-batch per process (the pre-trained model stays beside it)."""
+    if cfg.eval.finetune.micro_batch_size:
+        return cfg.eval.finetune.micro_batch_size
+    kept = count(
+        cfg.model.name,
+        cfg.data.image_size,
+        head="pretrain",
+        pool=cfg.model.pool,
+        pre_logits=cfg.model.pre_logits,
+    )
+    return _fit(
+        per_process,
+        device,
+        what="eval.finetune.micro_batch_size",
+        name=cfg.model.name,
+        image_size=image_size,
+        num_classes=num_classes,
+        head="finetune",
+        pool=cfg.model.pool,
+        precision=resolve_precision(cfg.train.precision),
+        optimizer="sgd",
+        kept_params=kept.params,
+    )
+
+
+def _fit(per_process: int, device: torch.device, *, what: str, **estimate) -> int:
+    if device.type != "cuda":
+        return per_process
+    world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+    total = torch.cuda.get_device_properties(device).total_memory
+    micro, e = memory.fit_micro_batch(
+        per_process, total, device="cuda", processes=world, **estimate
+    )
+    if micro is None:
+        print(
+            f"warning: {what}: the step needs an estimated {e.total / memory.GiB:.1f} GiB even at "
+            f"micro-batch 1 and this GPU has {total / memory.GiB:.1f} GiB; trying 1",
+            flush=True,
+        )
+        return 1
+    return micro
+
+
+def channels_last_for(cfg: Config, *, device: torch.device) -> bool:
+    if cfg.train.channels_last is not None:
+        return cfg.train.channels_last
+    return device.type == "cuda" and family(cfg.model.name) in ("ResNet", "Hybrid")
+
+
+def compile_model(model: torch.nn.Module, setting: bool | str) -> torch.nn.Module:
+    """The training step's module, compiled (it shares its parameters with ``model``):
+    ``true`` with inductor, a string with that ``torch.compile`` backend (e.g.
+    ``aot_eager``: traced, no code generation)."""
+    import torch._dynamo
+
+    backend = "inductor" if setting is True else setting
+    valid = torch._dynamo.list_backends(exclude_tags=())
+    if backend not in valid:
+        raise ConfigError(
+            [
+                f"train.compile: unknown backend {backend!r}; valid: true (inductor), {', '.join(valid)}"
+            ]
+        )
+    return torch.compile(model, backend=backend)
