@@ -209,7 +209,7 @@ def _run_figures(cells, args, *, history=None) -> list[Path]:
     from analysis import metrics as M
     from analysis import paper, tables
     from analysis.figures import curves, fig3, fig4, fig5
-    from analysis.summary import fig5_cells
+    from analysis.summary import fig4_steps, fig5_cells
     from vitscale.results import load_history
     from vitscale.runfolder import STATUS_DONE
 
@@ -261,8 +261,10 @@ def _run_figures(cells, args, *, history=None) -> list[Path]:
 
     written += tables.write(fig5_cells(done), out, metrics=metrics or None, reference=t6)
 
-    if args.curves:
-        steps = history(done) if history is not None else load_history(done)[0]
+    if args.curves:  # Fig. 4's cells: a grid's shorter Fig. 5 runs would mix into its curves
+        duration = fig4_steps(done)
+        fig4_cells = done if duration is None else done[done["steps"] == duration]
+        steps = history(fig4_cells) if history is not None else load_history(fig4_cells)[0]
         for metric in fewshot:
             written += curves.write(
                 steps, out, metric=metric, hue=args.group_by, agg=args.agg, formats=formats

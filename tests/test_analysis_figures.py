@@ -237,6 +237,22 @@ def test_curves_from_history(cells):
     assert list(lines["ViT-Pico/4"].get_xdata()) == sorted(pico["examples_seen"].unique())
 
 
+def test_curves_one_panel_per_subset(cells):
+    """A Fig. 4 grid's subsets learn differently: each gets its panel, its own means."""
+    history, _ = load_history(cells)
+    fig = curves.figure(history, metric=SHAPES5)
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in axes] == [f"{n:,} images" for n in SUBSETS]
+    for ax, n in zip(axes, SUBSETS, strict=True):
+        pico = history[(history["model"] == "ViT-Pico/4") & (history["num_examples"] == n)]
+        (line,) = [ln for ln in _lines(ax) if ln.get_label() == "ViT-Pico/4"]
+        means = pico.groupby("examples_seen")[SHAPES5].mean()
+        assert list(line.get_xdata()) == list(means.index)
+        assert list(line.get_ydata()) == pytest.approx(list(means))
+    one = curves.figure(history[history["num_examples"] == SUBSETS[0]], metric=SHAPES5)
+    assert [ax.get_title() for ax in one.axes if ax.get_visible()] == [""]
+
+
 # --------------------------------------------------------------------------- files
 
 
