@@ -114,7 +114,7 @@ class Summary:
             "seed_spread": spread,
             "spread_ratio": shrink / spread if np.isfinite(spread) and spread > 0 else float("inf"),
             "threshold": threshold,
-            "trend": abs(shrink) > threshold,
+            "trend": bool(abs(shrink) > threshold),
             "resnet_lead_at_smallest": bool(small["gap"] > 0),
             "crossover": bool(large["gap"] <= 0 < small["gap"]),
         }
@@ -235,7 +235,9 @@ class Summary:
 
 
 def _num(value: Any) -> Any:
-    if isinstance(value, bool | str) or value is None:
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, str) or value is None:
         return value
     value = float(value)
     return value if math.isfinite(value) else None
