@@ -239,6 +239,8 @@ def _num(value: Any) -> Any:
         return bool(value)
     if isinstance(value, str) or value is None:
         return value
+    if isinstance(value, int | np.integer):
+        return int(value)
     value = float(value)
     return value if math.isfinite(value) else None
 
