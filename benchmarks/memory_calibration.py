@@ -25,27 +25,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from vitscale import memory  # noqa: E402
 from vitscale.flops import count  # noqa: E402
 from vitscale.models import create_model, list_models  # noqa: E402
+from vitscale.models.names import smallest_resolution  # noqa: E402
 
 REAL_PARAM_LIMIT = 30_000_000
 
 
-def _small_resolution(name: str) -> int:
-    from vitscale.models.names import HybridSpec, ViTSpec, parse
-
-    spec = parse(name)
-    if isinstance(spec, ViTSpec):
-        return spec.patch * max(1, -(-32 // spec.patch))
-    if isinstance(spec, HybridSpec):
-        return 2 * spec.downsample
-    return 32
-
-
 def cpu_table() -> float:
-    names = [n for n in list_models() if count(n, _small_resolution(n)).params <= REAL_PARAM_LIMIT]
+    names = [
+        n for n in list_models() if count(n, smallest_resolution(n)).params <= REAL_PARAM_LIMIT
+    ]
     worst = 0.0
     print(f"{'model':<16} {'px':>4} {'fp32 MiB':>9} {'est.':>9} {'bf16 MiB':>9} {'est.':>9}")
     for name in [*names, "R50x1+ViT-B/32"]:
-        size = _small_resolution(name)
+        size = smallest_resolution(name)
         model = create_model(name, num_classes=10, image_size=size).train()
         images = torch.randn(2, 3, size, size)
         cells = []

@@ -37,6 +37,7 @@ __all__ = [
     "family",
     "list_models",
     "check_resolution",
+    "smallest_resolution",
 ]
 
 
@@ -279,6 +280,18 @@ def check_resolution(spec: ModelSpec, image_size: int) -> None:
         raise ValueError(
             f"{spec.name}: resolution {image_size} is below the trunk's downsampling {spec.downsample}"
         )
+
+
+def smallest_resolution(name: str, *, at_least: int = 32) -> int:
+    """The smallest resolution of at least ``at_least`` px that the model tiles exactly
+    (a hybrid: twice its downsampling), for real forward passes that must stay cheap
+    (tests, the memory calibration)."""
+    spec = parse(name)
+    if isinstance(spec, ViTSpec):
+        return spec.patch * max(1, -(-at_least // spec.patch))
+    if isinstance(spec, HybridSpec):
+        return 2 * spec.downsample
+    return max(at_least, spec.downsample)
 
 
 def list_models(family: str | None = None) -> list[str]:
