@@ -69,10 +69,15 @@ class Tracker:
         self._start_wandb(config, cell_id)
 
     def _truncate_after(self, step: int) -> None:
-        """On resume, drop rows logged after the checkpoint: they will be logged again."""
+        """On resume, drop rows logged after the checkpoint (they will be logged again) and
+        lines that are not rows (torn by a crash, corrupted); rewrite nothing otherwise."""
         if not self.path.exists():
             return
-        rows = [r for r in rf.iter_metrics(self.path) if r.get(rf.STEP, 0) <= step]
+        with open(self.path, encoding="utf-8", errors="replace") as fh:
+            lines = sum(1 for line in fh if line.strip())
+        rows = [r for r in rf.iter_metrics(self.path) if _step_of(r) <= step]
+        if len(rows) == lines:
+            return
         tmp = self.path.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
         os.replace(tmp, self.path)
@@ -116,7 +121,18 @@ class Tracker:
         if not self.enabled:
             return
         row = {k: _finite_or_none(v) for k, v in row.items()}
-        self._file.write(json.dumps(row) + "\n")
+        try:
+            self._file.write(json.dumps(row) + "\n")
+        except OSError as e:
+            if not rf.is_disk_full(e):
+                raise
+            raise rf.DiskFullError(
+                rf.disk_full_message(
+                    e,
+                    what=str(self.path),
+                    kept="the last checkpoint is kept: free space and run again to resume",
+                )
+            ) from e
         if self._wandb is not None:
             try:
                 self._wandb.log(
@@ -138,15 +154,25 @@ class Tracker:
             self._wandb_failed(e)
 
     def close(self, *, failed: bool = False) -> None:
-        if not self.enabled:
+        if not self.enabled or self._file.closed:
             return
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError:  # a full disk: the write that failed has said so
+            if not failed:
+                raise
         if self._wandb is not None:
             try:
                 self._wandb.finish(exit_code=1 if failed else 0)
             except Exception as e:  # noqa: BLE001
                 self._wandb_failed(e)
             self._wandb = None
+
+
+def _step_of(row: dict) -> float:
+    """A row's step; a row without a usable one sorts after every checkpoint (dropped)."""
+    step = row.get(rf.STEP)
+    return step if isinstance(step, int | float) and not isinstance(step, bool) else math.inf
 
 
 def _tags(config: dict) -> list[str]:
