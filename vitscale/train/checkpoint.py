@@ -222,6 +222,8 @@ def save(
     """
     final = directory / _name(step)
     tmp = directory / f"{TMP_PREFIX}{_name(step)}"
+    if final.exists():  # this step is published already (a stop signal at a periodic step)
+        return final
     previous = latest(directory)
     try:
         if rank == 0:
@@ -234,10 +236,7 @@ def save(
         if rank == 0:
             _save({**state, "num_processes": num_processes}, tmp / STATE)
             _fsync_dir(tmp)
-            if final.exists():  # this step is already published (resumed, then signalled at once)
-                shutil.rmtree(tmp)
-            else:
-                os.rename(tmp, final)
+            os.rename(tmp, final)
             _fsync_dir(directory)
     except OSError as e:
         if not is_disk_full(e):
