@@ -209,6 +209,7 @@ def _run_figures(cells, args, *, history=None) -> list[Path]:
     from analysis import metrics as M
     from analysis import paper, tables
     from analysis.figures import curves, fig3, fig4, fig5
+    from analysis.summary import fig4_steps, fig5_cells
     from vitscale.results import load_history
     from vitscale.runfolder import STATUS_DONE
 
@@ -232,11 +233,12 @@ def _run_figures(cells, args, *, history=None) -> list[Path]:
         print(f"note: no {args.shots}-shot metrics found; no Fig. 4-style plot", file=sys.stderr)
 
     frame, metrics = compute_metrics(done, metric=args.metric, shots=args.shots)
+    compute = fig5_cells(frame)  # Fig. 5 and Table 6: the largest subset of each set
     t6 = paper.table6_frame()
     panels = []
     for m in metrics:
         overlay = args.overlay_paper and M.comparable(m, t6)
-        panels.append(fig5.Panel(frame, m, M.short_label(m), t6 if overlay else None))
+        panels.append(fig5.Panel(compute, m, M.short_label(m), t6 if overlay else None))
     if args.overlay_paper and not any(p.reference is not None for p in panels):
         print(
             "note: the paper's Table 6 is fine-tuned accuracy on ImageNet, CIFAR, Pets and "
@@ -257,10 +259,12 @@ def _run_figures(cells, args, *, history=None) -> list[Path]:
     if done["pretrain_dataset"].nunique() > 1 and metrics:
         written += fig3.write(frame, out, metric=metrics[0], agg=args.agg, formats=formats)
 
-    written += tables.write(done, out, metrics=metrics or None, reference=t6)
+    written += tables.write(fig5_cells(done), out, metrics=metrics or None, reference=t6)
 
-    if args.curves:
-        steps = history(done) if history is not None else load_history(done)[0]
+    if args.curves:  # Fig. 4's cells: a grid's shorter Fig. 5 runs would mix into its curves
+        duration = fig4_steps(done)
+        fig4_cells = done if duration is None else done[done["steps"] == duration]
+        steps = history(fig4_cells) if history is not None else load_history(fig4_cells)[0]
         for metric in fewshot:
             written += curves.write(
                 steps, out, metric=metric, hue=args.group_by, agg=args.agg, formats=formats

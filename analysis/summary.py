@@ -41,7 +41,15 @@ from vitscale.runfolder import STATUS_DONE
 from . import metrics as M
 from .frontier import pareto_frontier
 
-__all__ = ["Summary", "summarise", "NOISE_POINTS", "NOISE_FACTOR", "FAMILIES"]
+__all__ = [
+    "Summary",
+    "summarise",
+    "fig4_steps",
+    "fig5_cells",
+    "NOISE_POINTS",
+    "NOISE_FACTOR",
+    "FAMILIES",
+]
 
 # The smallest gap change called a trend when no seed spread was measured (one seed): two
 # few-shot seeds of one cell differ by ~2 points per task, about a point on a 3-task mean.
@@ -106,7 +114,7 @@ class Summary:
             "seed_spread": spread,
             "spread_ratio": shrink / spread if np.isfinite(spread) and spread > 0 else float("inf"),
             "threshold": threshold,
-            "trend": abs(shrink) > threshold,
+            "trend": bool(abs(shrink) > threshold),
             "resnet_lead_at_smallest": bool(small["gap"] > 0),
             "crossover": bool(large["gap"] <= 0 < small["gap"]),
         }
@@ -227,7 +235,9 @@ class Summary:
 
 
 def _num(value: Any) -> Any:
-    if isinstance(value, bool | str) or value is None:
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, str) or value is None:
         return value
     value = float(value)
     return value if math.isfinite(value) else None
@@ -278,10 +288,31 @@ def _cells(done: pd.DataFrame, metric: str) -> pd.DataFrame:
     return cells.drop(columns=["lo", "hi"]).reset_index()
 
 
-def _fig4_steps(cells: pd.DataFrame) -> int:
-    """The duration that spans the most subsets (ties: the longest)."""
-    spans = cells.groupby("steps")["num_examples"].nunique()
+def fig4_steps(cells: pd.DataFrame) -> int | None:
+    """Fig. 4's training duration: the ``steps`` that span the most subsets (ties: the
+    longest). The paper trains every subset for the same steps; a grid's other durations
+    (Fig. 5's shorter runs on the largest subset) must not mix into Fig. 4's points.
+    ``None`` when the frame has no ``steps``."""
+    if "steps" not in cells.columns or cells["steps"].isna().all():
+        return None
+    spans = cells.dropna(subset=["steps"]).groupby("steps")["num_examples"].nunique()
     return int(max(spans.index, key=lambda s: (spans[s], s)))
+
+
+def fig5_cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """The cells Fig. 5 and Table 6 read: those pre-trained on the largest subset of their
+    pre-training set (the paper's compute study trains every model on all of JFT; a Fig. 4
+    grid's smaller subsets would add points at the same compute that say nothing about
+    what it buys). Published checkpoints and cells of unknown size are kept."""
+    if "num_examples" not in frame.columns or frame.empty:
+        return frame
+    keys = frame["pretrain_dataset"] if "pretrain_dataset" in frame.columns else 0
+    n = frame["num_examples"]
+    largest = n.groupby(keys).transform("max") if "pretrain_dataset" in frame.columns else n.max()
+    keep = n.isna() | (n == largest)
+    if "published" in frame.columns:
+        keep |= frame["published"].fillna(False).astype(bool)
+    return frame[keep]
 
 
 def _by_subset(fig4: pd.DataFrame) -> pd.DataFrame:
@@ -390,7 +421,7 @@ def summarise(frame: pd.DataFrame, *, metric: str | None = None, shots: int = 5)
         done["steps"] = 0  # cells from sources without a duration: one duration
     done["steps"] = done["steps"].fillna(0).astype(int)
     cells = _cells(done, metric)
-    steps = _fig4_steps(cells)
+    steps = fig4_steps(cells)
     fig4 = cells[cells.steps == steps]
     by_model = fig4.pivot_table(index="model", columns="num_examples", values="mean")
     frontier = _frontier(cells)

@@ -43,7 +43,9 @@ IMAGE_SIZE = 224
 NUM_CLASSES = 1000  # the synthetic set's upstream classes are what they are; see config
 
 
-def _config(model: str, *, steps: int, batch: int, channels_last: bool | None) -> dict:
+def _config(
+    model: str, *, steps: int, batch: int, channels_last: bool | None, compile: bool = False
+) -> dict:
     return {
         "model": {"name": model},
         "data": {"dataset": "synthetic", "image_size": IMAGE_SIZE},
@@ -54,6 +56,7 @@ def _config(model: str, *, steps: int, batch: int, channels_last: bool | None) -
             "log_every": max(1, steps // 10),
             "checkpoint_every": None,
             "channels_last": channels_last,
+            "compile": compile,
         },
         "optim": {"warmup_steps": min(100, steps // 2)},
         "eval": {"fewshot": {"datasets": []}, "upstream": {"examples": 0}},
@@ -103,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=300, help="training steps per model")
     ap.add_argument("--gpus", type=int, help="GPUs (processes) to use; default: all visible")
     ap.add_argument("--batch-per-gpu", type=int, default=256, help="per-GPU batch (default 256)")
+    ap.add_argument(
+        "--models",
+        help="comma-separated models instead of the default three runs (channels-last auto)",
+    )
+    ap.add_argument("--compile", action="store_true", help="torch.compile the training model")
     ap.add_argument("--out", default="benchmarks/gpu_smoke.json", help="JSON results")
     args = ap.parse_args(argv)
 
@@ -129,10 +137,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{(peak_flops_of(device) or float('nan')) / 1e12:.0f} TFLOP/s bf16), torch {torch.__version__}",
         flush=True,
     )
+    runs = [(m.strip(), None) for m in args.models.split(",")] if args.models else RUNS
     results = []
-    for model, channels_last in RUNS:
+    for model, channels_last in runs:
         config = _config(
-            model, steps=args.steps, batch=args.batch_per_gpu * gpus, channels_last=channels_last
+            model,
+            steps=args.steps,
+            batch=args.batch_per_gpu * gpus,
+            channels_last=channels_last,
+            compile=args.compile,
         )
         with tempfile.TemporaryDirectory() as tmp:
             rows, log = _train(config, gpus, Path(tmp))
@@ -153,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "model": model,
                 "channels_last": channels_last,
+                "compile": args.compile,
                 "gpus": gpus,
                 "device": device,
                 "micro_batch": micro,

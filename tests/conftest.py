@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -25,6 +27,19 @@ def small_resolution(name: str) -> int:
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _no_wandb_login_left_behind():
+    """Each test starts logged out of W&B, as a new process does: ``wandb.init`` with a key
+    logs the whole process in, and a later test asking "is a key configured?" would see it."""
+    yield
+    if "wandb" in sys.modules:
+        try:
+            from wandb.sdk.lib.wbauth.authenticate import unauthenticate_session
+        except ImportError:  # an older wandb keeps no session login
+            return
+        unauthenticate_session()
 
 
 def tiny_config(**sections) -> dict:

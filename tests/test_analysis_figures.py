@@ -7,6 +7,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.container import ErrorbarContainer
 
 from analysis import fixtures, paper
 from analysis.figures import curves, fig3, fig4, fig5
@@ -109,11 +110,18 @@ def test_fig4_lines_per_model(cells):
     lines = {ln.get_label(): ln for ln in _lines(ax)}
     assert list(lines) == list(MODELS)  # paper order: ViTs, ResNets, hybrids
     done = cells[cells["status"] == "done"]
-    for model, line in lines.items():
+    # Both durations span every subset: Fig. 4 draws the longest (the paper's one duration
+    # per figure), the mean over its seeds, and their range as an error bar.
+    done = done[done["steps"] == done["steps"].max()]
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == len(MODELS)
+    for (model, line), bar in zip(lines.items(), bars, strict=True):
         assert list(line.get_xdata()) == list(SUBSETS)
-        for x, y in zip(line.get_xdata(), line.get_ydata(), strict=True):
+        (segments,) = bar.lines[2]
+        for (x, y), seg in zip(line.get_xydata(), segments.get_segments(), strict=True):
             values = done.loc[(done["model"] == model) & (done["num_examples"] == x), SHAPES5]
-            assert len(values) == 4 and y == pytest.approx(sum(values) / 4)
+            assert len(values) == 2 and y == pytest.approx(values.mean())
+            assert [v for _, v in seg] == pytest.approx([values.min(), values.max()])
     styles = {m: ln.get_linestyle() for m, ln in lines.items()}
     assert styles["ViT-Pico/4"] == "-" and styles["BiT-R11x0.5"] == "--"
     assert styles["R50x1+ViT-Pico/16"] == "-."
@@ -227,6 +235,22 @@ def test_curves_from_history(cells):
     assert set(lines) == set(MODELS) | {"ViT-Nano/4"}  # history includes the failed cell
     pico = history[history["model"] == "ViT-Pico/4"]
     assert list(lines["ViT-Pico/4"].get_xdata()) == sorted(pico["examples_seen"].unique())
+
+
+def test_curves_one_panel_per_subset(cells):
+    """A Fig. 4 grid's subsets learn differently: each gets its panel, its own means."""
+    history, _ = load_history(cells)
+    fig = curves.figure(history, metric=SHAPES5)
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in axes] == [f"{n:,} images" for n in SUBSETS]
+    for ax, n in zip(axes, SUBSETS, strict=True):
+        pico = history[(history["model"] == "ViT-Pico/4") & (history["num_examples"] == n)]
+        (line,) = [ln for ln in _lines(ax) if ln.get_label() == "ViT-Pico/4"]
+        means = pico.groupby("examples_seen")[SHAPES5].mean()
+        assert list(line.get_xdata()) == list(means.index)
+        assert list(line.get_ydata()) == pytest.approx(list(means))
+    one = curves.figure(history[history["num_examples"] == SUBSETS[0]], metric=SHAPES5)
+    assert [ax.get_title() for ax in one.axes if ax.get_visible()] == [""]
 
 
 # --------------------------------------------------------------------------- files

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis.frontier import pareto_frontier
-from analysis.summary import NOISE_FACTOR, compare_frontiers, summarise
+from analysis.summary import NOISE_FACTOR, compare_frontiers, fig5_cells, summarise
 from vitscale.runfolder import fewshot_key
 
 A, B = fewshot_key("synthetic-glyphs", 5), fewshot_key("synthetic-textures", 5)
@@ -247,3 +247,15 @@ def test_json_carries_the_verdict_as_numbers():
     assert set(d["frontier"]) == {"ViT", "ResNet"}
     assert d["frontier"]["ViT"][0]["on_frontier"] is True
     assert d["verdict"] == s.lines()
+
+
+def test_fig5_reads_the_largest_subset_of_each_pretraining_set():
+    frame = pd.DataFrame(
+        {
+            "pretrain_dataset": ["a", "a", "a", "b", "b", "a"],
+            "num_examples": [10, 100, 100, 5, 50, 10],
+            "published": [False, False, False, False, False, True],
+        }
+    )
+    assert fig5_cells(frame).index.tolist() == [1, 2, 4, 5]
+    assert fig5_cells(frame.drop(columns=["published"])).index.tolist() == [1, 2, 4]

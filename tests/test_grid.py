@@ -70,6 +70,27 @@ def test_union_of_products_with_zip_and_collapsing_duplicates(tmp_path):
     assert {c.config.grid for c in g.cells} == {"mixed"}
 
 
+def test_block_set_overrides_grid_axes_and_block_axes_override_set(tmp_path):
+    """Precedence (vitscale.grid.spec): base <- grid axes <- block set <- block point."""
+    grid = {
+        "name": "order",
+        "base": tiny_config(),
+        "axes": {"optim.lr": [1e-3, 2e-3], "seed": [0, 1]},
+        "blocks": [
+            {"name": "sweep", "axes": {"model.name": ["ViT-Pico/4"]}},
+            {"name": "fixed", "set": {"optim.lr": 5e-3, "model.name": "ViT-Pico/8"}},
+            {"name": "point", "set": {"optim.lr": 5e-3}, "axes": {"optim.lr": [7e-3]}},
+        ],
+    }
+    cells = load_grid(_write(tmp_path, grid)).cells
+    lrs = {
+        b: sorted({c.config.optim.lr for c in cells if c.block == b})
+        for b in ("sweep", "fixed", "point")
+    }
+    assert lrs == {"sweep": [1e-3, 2e-3], "fixed": [5e-3], "point": [7e-3]}
+    assert sum(c.block == "fixed" for c in cells) == 2  # the lr axis collapses; seeds remain
+
+
 def _shuffle_keys(obj, rng):
     if isinstance(obj, dict):
         items = list(obj.items())

@@ -4,7 +4,9 @@ The paper reports the best ImageNet 5-shot accuracy seen during pre-training (Se
 Fig. 4); these curves show where that best fell. Input is a history frame
 (:func:`vitscale.results.load_history`: one row per cell and logged step, failed cells
 included, since a curve up to the failure is still informative). One line per model (or
-per value of ``hue``); cells sharing a line and an x value are combined by ``agg``.
+per value of ``hue``); cells sharing a line and an x value are combined by ``agg``. When
+the cells span several pre-training subsets, each subset gets its own panel (a Fig. 4
+grid's models on 3,840 images and on 192,000 learn differently; one mean would hide it).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from .. import style
 from ._data import aggregate, check_agg, line_styles, log_x, require, save
 
 __all__ = ["plot", "figure", "write"]
+
+_MAX_COLUMNS = 4  # panels per row
+_SHORT_X = {M.axis_label(EXAMPLES_SEEN): "Examples seen"}
 
 
 def plot(
@@ -47,12 +52,35 @@ def plot(
 
 
 def figure(history: pd.DataFrame, *, metric: str, hue: str = "model", agg: str = "mean"):
-    """A one-column figure with the legend below the axes."""
+    """One panel per pre-training subset (one panel when there is one), the legend below."""
+    subsets = (
+        sorted(history["num_examples"].dropna().unique())
+        if "num_examples" in history.columns and hue != "num_examples"
+        else []
+    )
+    panels = [(f"{int(n):,} images", history[history["num_examples"] == n]) for n in subsets]
+    if len(panels) < 2:
+        panels = [(None, history)]
     with style.paper_style():
-        fig, (ax,) = style.new_figure()
-        plot(ax, history, metric=metric, hue=hue, agg=agg)
-        handles, labels = ax.get_legend_handles_labels()
-        style.legend_below(fig, handles, labels, title=None if hue == "model" else hue)
+        fig, axes = style.new_figure(
+            ncols=min(len(panels), _MAX_COLUMNS), nrows=-(-len(panels) // _MAX_COLUMNS)
+        )
+        handles: dict = {}
+        for ax, (title, part) in zip(axes, panels, strict=False):
+            plot(ax, part, metric=metric, hue=hue, agg=agg)
+            if title:
+                ax.set_title(title)
+            handles |= dict(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
+        for ax in axes[len(panels) :]:
+            ax.set_visible(False)
+        if len(panels) > 1:  # narrow panels: short x labels, a y label per row
+            for i, ax in enumerate(axes):
+                ax.set_xlabel(_SHORT_X.get(ax.get_xlabel(), ax.get_xlabel()))
+                if i % _MAX_COLUMNS:
+                    ax.set_ylabel("")
+        style.legend_below(
+            fig, list(handles.values()), list(handles), title=None if hue == "model" else hue
+        )
     return fig
 
 

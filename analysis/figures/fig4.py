@@ -6,7 +6,11 @@ during training (early stopping); ResNets win on the small subsets, ViTs from 90
 Here: any few-shot metric of the cells frame (its ``best`` value, the same early
 stopping) against the pre-training dataset size on a log axis, one line per model (ViT
 solid, ResNet dashed, hybrid dash-dotted) or per value of any column (``hue``), cells
-sharing a line and a size (seeds) combined by ``agg``.
+sharing a line and a size (seeds) combined by ``agg``, with the range over them (max -
+min: the seed spread) as an error bar. Only the cells of Fig. 4's duration are drawn (the
+steps shared by the most subsets, :func:`analysis.summary.fig4_steps`): a grid's shorter
+Fig. 5 runs on the largest subset do not mix in (when a line and an x value would mix
+durations; a ``hue`` or ``x`` that separates them draws them all).
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ import pandas as pd
 
 from .. import metrics as M
 from .. import style
+from ..summary import fig4_steps
 from ._data import aggregate, check_agg, finished, line_styles, log_x, save
 
-__all__ = ["plot", "figure", "write"]
+__all__ = ["plot", "figure", "write", "SEED_RANGE"]
+
+SEED_RANGE = "seed-range"  # gid of the error bars' artists
 
 
 def plot(
@@ -36,10 +43,23 @@ def plot(
     """Draw one line per value of ``hue``: ``metric`` (combined by ``agg``) against ``x``."""
     check_agg(agg)
     data = finished(cells, [metric, x, hue])
+    mixed = "steps" in data and data.groupby([hue, x])["steps"].nunique().max() > 1
+    if mixed:  # cells of one point trained for different durations: Fig. 4's duration only
+        data = data[data["steps"] == fig4_steps(data)]
     points = aggregate(data, [hue, x], metric, agg)
+    lo, hi = (aggregate(data, [hue, x], metric, a)[metric] for a in ("min", "max"))
+    points = points.assign(lo=lo.to_numpy(), hi=hi.to_numpy())
     for value, look in line_styles(data, hue).items():
         line = points[points[hue] == value]
-        ax.plot(line[x].to_numpy(), line[metric].to_numpy(), markersize=4, **look)
+        y = line[metric].to_numpy()
+        spread = [y - line["lo"].to_numpy(), line["hi"].to_numpy() - y]
+        ax.plot(line[x].to_numpy(), y, markersize=4, **look)
+        if (spread[0] + spread[1]).max() > 0:  # several cells (seeds) at a point: their range
+            bar = ax.errorbar(
+                line[x].to_numpy(), y, yerr=spread, fmt="none", ecolor=look["color"], capsize=2
+            )
+            for artist in (*bar.lines[1], *bar.lines[2]):
+                artist.set_gid(SEED_RANGE)
     log_x(ax, points[x])
     ax.set_xlabel(M.axis_label(x))
     ax.set_ylabel(M.label(metric))

@@ -186,7 +186,7 @@ def load_grid(
                 point = gp | bp
                 try:
                     config = copy.deepcopy(base)
-                    for key, value in (fixed | point | {"grid": name}).items():
+                    for key, value in (gp | fixed | bp | {"grid": name}).items():
                         set_key(config, key, value)
                     resolved = resolve(config, overrides=overrides, num_processes=num_processes)
                 except ConfigError as e:
