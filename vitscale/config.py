@@ -274,9 +274,16 @@ _Loader.add_implicit_resolver(
 )
 
 
-def yaml_load(text: str):
-    """Parse YAML text (configs, grids, profiles) with YAML 1.2 floats."""
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+def yaml_load(text: str, *, source: str | None = None):
+    """Parse YAML text (configs, grids, profiles, ``--set`` values) with YAML 1.2 floats.
+    A syntax error is a :class:`ConfigError` in one line: where in ``source``, and what."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError([f"not valid YAML{where}: {what}"], source) from None
 
 
 def _deep_merge(base: dict, update: dict) -> dict:
@@ -293,10 +300,7 @@ def load_yaml(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ConfigError([f"config file not found: {path}"])
-    try:
-        data = yaml_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError([f"not valid YAML: {e}"], source=str(path)) from None
+    data = yaml_load(path.read_text(), source=str(path)) or {}
     if not isinstance(data, dict):
         raise ConfigError(
             ["the top level must be a mapping of sections (model, data, train, ...)"], str(path)
@@ -331,7 +335,11 @@ def apply_overrides(config: dict, overrides: list[str]) -> dict:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ConfigError([f"--set expects key=value (e.g. train.steps=100), got {item!r}"])
-        set_key(config, key, yaml_load(raw))
+        try:
+            value = yaml_load(raw)
+        except ConfigError as e:
+            raise ConfigError([f"--set {item}: {p}" for p in e.problems]) from None
+        set_key(config, key, value)
     return config
 
 

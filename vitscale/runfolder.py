@@ -33,6 +33,8 @@ RESULT = "result.json"
 CHECKPOINTS = "checkpoints"
 LOCK = ".lock"
 LOG = "log.txt"  # what the executors capture of a cell's output
+CHECKPOINT_PREFIX = "step_"  # checkpoints/step_000001200/: vitscale.train.checkpoint
+CHECKPOINT_STATE = "state.pt"  # written last: a folder without it is not a checkpoint
 
 STATUS_DONE = "done"
 STATUS_FAILED = "failed"
@@ -138,20 +140,46 @@ def read_json(path: str | os.PathLike) -> Any:
         return json.load(fh)
 
 
+def parse_row(line: str | bytes) -> dict | None:
+    """One line of a metrics.jsonl as a row: a JSON object with a whole-number ``step``;
+    None for anything else (a torn last line after a crash mid-write, a corrupted one)."""
+    try:
+        row = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(row, dict):
+        return None
+    step = row.get(STEP)
+    return row if isinstance(step, int) and not isinstance(step, bool) else None
+
+
 def iter_metrics(path: str | os.PathLike) -> Iterator[dict]:
-    """Rows of a metrics.jsonl; a line that is not a JSON object (a torn last line after a
-    crash mid-write, a corrupted one) is skipped."""
+    """Rows of a metrics.jsonl; a line that is not a row (:func:`parse_row`) is skipped."""
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict):
+            if line.strip() and (row := parse_row(line)) is not None:
                 yield row
+
+
+def checkpoint_step(path: Path) -> int:
+    return int(path.name[len(CHECKPOINT_PREFIX) :])
+
+
+def complete_checkpoints(directory: str | os.PathLike) -> list[Path]:
+    """The published checkpoints in a run's ``checkpoints/``, oldest first (torch-free, for
+    ``vitscale status``; :mod:`vitscale.train.checkpoint` writes and reads them)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [
+        p
+        for p in directory.iterdir()
+        if p.is_dir()
+        and p.name.startswith(CHECKPOINT_PREFIX)
+        and p.name[len(CHECKPOINT_PREFIX) :].isdigit()
+        and (p / CHECKPOINT_STATE).is_file()
+    ]
+    return sorted(found, key=checkpoint_step)
 
 
 # --------------------------------------------------------------------------- faults

@@ -12,6 +12,7 @@ never written anywhere by this module.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -75,7 +76,7 @@ class Tracker:
             return
         with open(self.path, encoding="utf-8", errors="replace") as fh:
             lines = sum(1 for line in fh if line.strip())
-        rows = [r for r in rf.iter_metrics(self.path) if _step_of(r) <= step]
+        rows = [r for r in rf.iter_metrics(self.path) if r[rf.STEP] <= step]
         if len(rows) == lines:
             return
         tmp = self.path.with_suffix(".jsonl.tmp")
@@ -114,8 +115,14 @@ class Tracker:
             self._wandb_failed(e)
 
     def _wandb_failed(self, error: Exception) -> None:
-        warnings.warn(f"W&B disabled for this run after an error: {error}", stacklevel=3)
+        warnings.warn(
+            f"W&B disabled for this run after an error: {error} ({type(error).__name__}); "
+            f"training goes on, {rf.METRICS} keeps every row",
+            stacklevel=3,
+        )
         self._wandb = None
+        if isinstance(error, ConnectionError):  # its service process is gone
+            _forget_wandb_service()
 
     def log(self, row: dict[str, Any]) -> None:
         if not self.enabled:
@@ -169,10 +176,15 @@ class Tracker:
             self._wandb = None
 
 
-def _step_of(row: dict) -> float:
-    """A row's step; a row without a usable one sorts after every checkpoint (dropped)."""
-    step = row.get(rf.STEP)
-    return step if isinstance(step, int | float) and not isinstance(step, bool) else math.inf
+def _forget_wandb_service() -> None:
+    """Let go of a W&B service process (``wandb-core``) that died, killed or out of
+    memory: otherwise wandb's exit hook tries to tear it down at exit and prints a
+    traceback, and the next cell of a grid worker would find the dead service instead of
+    starting a fresh one."""
+    import wandb
+
+    with contextlib.suppress(Exception, SystemExit):
+        wandb.teardown()
 
 
 def _tags(config: dict) -> list[str]:

@@ -257,9 +257,12 @@ def grid(
     wait: bool = False,
     stop_timeout: float | None = None,
 ) -> int:
-    profile = load_profile(profile_path) if profile_path else None
+    for flag, value in (("--workers", workers), ("--processes", processes)):
+        if value < 1:
+            raise ValueError(f"{flag} must be at least 1, got {value}")
     if stop_timeout is not None and not 0 <= stop_timeout < float("inf"):
         raise ValueError(f"--stop-timeout must be a number of seconds >= 0, got {stop_timeout}")
+    profile = load_profile(profile_path) if profile_path else None
     launch = processes if executor == "local" else None  # on SLURM: the cell's resources
     g = load_grid(path, overrides=list(overrides), num_processes=launch)
     problems = _preflight(g, profile if executor == "slurm" else None, launch)

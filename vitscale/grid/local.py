@@ -212,8 +212,8 @@ def _record_failure(item: Planned, reason: str) -> None:
         config = rf.read_json(item.run_dir / rf.CONFIG)
         last = None
         if (item.run_dir / rf.METRICS).is_file():
-            steps = [r.get(rf.STEP) for r in rf.iter_metrics(item.run_dir / rf.METRICS)]
-            last = max((s for s in steps if isinstance(s, int)), default=None)
+            steps = [r[rf.STEP] for r in rf.iter_metrics(item.run_dir / rf.METRICS)]
+            last = max(steps, default=None)
         failed_step = None if last is None else last + 1
         result = rf.failure_result(config, error=reason, failed_step=failed_step)
         rf.write_json_atomic(path, result)

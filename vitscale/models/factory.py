@@ -64,7 +64,9 @@ def create_model(
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
     if isinstance(spec, ResNetSpec):
         if pre_logits:
-            raise ValueError(f"{spec.name}: BiT has no pre-logits layer; valid pre_logits: None, False")
+            raise ValueError(
+                f"{spec.name}: BiT has no pre-logits layer; valid pre_logits: None, False"
+            )
         if pool not in (None, "gap"):
             raise ValueError(
                 f"{spec.name}: BiT ResNets pool by global average only; valid pool: 'gap'"

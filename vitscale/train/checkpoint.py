@@ -36,11 +36,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..runfolder import DiskFullError, disk_full_message, is_disk_full
+from .. import runfolder as rf
 
-PREFIX = "step_"
+PREFIX = rf.CHECKPOINT_PREFIX
 TMP_PREFIX = ".tmp-"
-STATE = "state.pt"
+STATE = rf.CHECKPOINT_STATE
+complete = rf.complete_checkpoints  # the published checkpoints, oldest first
 
 
 class CheckpointError(RuntimeError):
@@ -49,25 +50,6 @@ class CheckpointError(RuntimeError):
 
 def _name(step: int) -> str:
     return f"{PREFIX}{step:09d}"
-
-
-def _step(path: Path) -> int:
-    return int(path.name[len(PREFIX) :])
-
-
-def complete(directory: Path) -> list[Path]:
-    """The published checkpoints, oldest first."""
-    if not directory.is_dir():
-        return []
-    found = [
-        p
-        for p in directory.iterdir()
-        if p.is_dir()
-        and p.name.startswith(PREFIX)
-        and p.name[len(PREFIX) :].isdigit()
-        and (p / STATE).is_file()
-    ]
-    return sorted(found, key=_step)
 
 
 def latest(directory: Path) -> Path | None:
@@ -239,7 +221,7 @@ def save(
             os.rename(tmp, final)
             _fsync_dir(directory)
     except OSError as e:
-        if not is_disk_full(e):
+        if not rf.is_disk_full(e):
             raise
         shutil.rmtree(tmp, ignore_errors=True)  # the partial checkpoint: its room back
         kept = (
@@ -248,8 +230,8 @@ def save(
             if previous is not None and previous != final
             else "no earlier checkpoint: free space and run again to start the cell over"
         )
-        raise DiskFullError(
-            disk_full_message(e, what=f"checkpoint {final} ({e.filename})", kept=kept)
+        raise rf.DiskFullError(
+            rf.disk_full_message(e, what=f"checkpoint {final} ({e.filename})", kept=kept)
         ) from e
     barrier()
     return final
