@@ -14,9 +14,11 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,6 +112,43 @@ def children(pid: int) -> list[int]:
     return found
 
 
+TOKEN = "VITSCALE_FAULT_TOKEN"  # in the environment of every process a test starts
+
+
+def tagged(token: str) -> list[int]:
+    """Every process alive now that carries ``token`` in its environment (from /proc):
+    what one command started, orphans and their children included, whatever their session
+    or parent."""
+    needle = f"{TOKEN}={token}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if needle not in fh.read().split(b"\0"):
+                    continue
+        except OSError:
+            continue
+        if alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def left_behind(token: str, timeout: float = 30) -> list[str]:
+    """The processes started under ``token`` still alive after ``timeout`` seconds, each
+    as ``pid command`` (none, we hope)."""
+    return [f"{pid} {_command(pid)}" for pid in wait_gone(tagged(token), timeout)]
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError:
+        return "?"
+
+
 def alive(pid: int) -> bool:
     """Running, not a zombie waiting to be reaped."""
     try:
@@ -145,6 +184,7 @@ class GridRun:
     out: Path
     err: Path
     runs: Path
+    token: str  # in the environment of the grid and of every process it starts
 
     @classmethod
     def start(cls, grid: Path, runs: Path, *args: str, **env_extra: str) -> GridRun:
@@ -154,15 +194,16 @@ class GridRun:
         out, err = logs / f"{n}.out", logs / f"{n}.err"
         command = [sys.executable, "-m", "vitscale.cli", "grid", str(grid), "--executor", "local"]
         command += ["--workers", str(WORKERS), "--runs", str(runs), *args]
+        token = uuid.uuid4().hex
         with open(out, "w") as o, open(err, "w") as e:
             proc = subprocess.Popen(
                 [sys.executable, "-c", _AS_A_TERMINAL_DOES, *command],
                 stdout=o,
                 stderr=e,
-                env=env(**env_extra),
+                env=env(**env_extra, **{TOKEN: token}),
                 start_new_session=True,
             )
-        return cls(proc, out, err, runs)
+        return cls(proc, out, err, runs, token)
 
     def cells(self) -> list[Path]:
         return sorted(p for p in (self.runs / "faults").glob("*") if p.is_dir())
@@ -194,6 +235,10 @@ class GridRun:
     def said(self, text: str) -> bool:
         return text in self.out.read_text() + self.err.read_text()
 
+    def left_behind(self) -> list[str]:
+        """What outlived the grid: workers, their trainers, W&B services, orphans."""
+        return left_behind(self.token)
+
     def finish(self, timeout: float = 300) -> tuple[int, str]:
         code = self.proc.wait(timeout=timeout)
         return code, self.out.read_text() + self.err.read_text()
@@ -213,7 +258,9 @@ def last_logged(run_dir: Path) -> int | None:
 
 
 def checkpoint_steps(run_dir: Path) -> list[int]:
-    return [int(p.name[len(checkpoint.PREFIX) :]) for p in checkpoint.complete(run_dir / "checkpoints")]
+    return [
+        int(p.name[len(checkpoint.PREFIX) :]) for p in checkpoint.complete(run_dir / "checkpoints")
+    ]
 
 
 def no_traceback(*texts: str) -> None:
@@ -222,14 +269,26 @@ def no_traceback(*texts: str) -> None:
 
 
 def cli(*args: str, timeout: float = 300, **env_extra: str) -> subprocess.CompletedProcess:
-    """One ``vitscale`` command in a process of its own."""
-    return subprocess.run(
+    """One ``vitscale`` command in a session of its own, as a terminal runs it; asserts
+    that no process it started outlives it."""
+    token = uuid.uuid4().hex
+    proc = subprocess.Popen(
         [sys.executable, "-m", "vitscale.cli", *args],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-        env=env(**env_extra),
+        env=env(**env_extra, **{TOKEN: token}),
+        start_new_session=True,
     )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        left = left_behind(token, timeout=0)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError(f"vitscale {' '.join(args)} still running: {left}") from None
+    assert left_behind(token) == [], err[-3000:]
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 # --------------------------------------------------------------------------- results
