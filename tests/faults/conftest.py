@@ -176,24 +176,22 @@ def wait_for(condition: Callable[[], object], timeout: float = 120, what: str = 
 
 
 @dataclass
-class GridRun:
-    """``vitscale grid`` started as a terminal starts a foreground job: in a process
-    group of its own (``killpg`` = Ctrl-C), SIGINT at its default disposition."""
+class Foreground:
+    """A ``vitscale`` command started as a terminal starts a foreground job: in a process
+    group of its own (``killpg`` = Ctrl-C), SIGINT at its default disposition, its output
+    in files under ``logs``."""
 
     proc: subprocess.Popen
     out: Path
     err: Path
-    runs: Path
-    token: str  # in the environment of the grid and of every process it starts
+    token: str  # in the environment of the command and of every process it starts
 
     @classmethod
-    def start(cls, grid: Path, runs: Path, *args: str, **env_extra: str) -> GridRun:
-        logs = runs.parent / "grid-logs"
+    def start(cls, logs: Path, *args: str, **env_extra: str):
         logs.mkdir(exist_ok=True)
         n = len(list(logs.glob("*.out")))
         out, err = logs / f"{n}.out", logs / f"{n}.err"
-        command = [sys.executable, "-m", "vitscale.cli", "grid", str(grid), "--executor", "local"]
-        command += ["--workers", str(WORKERS), "--runs", str(runs), *args]
+        command = [sys.executable, "-m", "vitscale.cli", *args]
         token = uuid.uuid4().hex
         with open(out, "w") as o, open(err, "w") as e:
             proc = subprocess.Popen(
@@ -203,7 +201,37 @@ class GridRun:
                 env=env(**env_extra, **{TOKEN: token}),
                 start_new_session=True,
             )
-        return cls(proc, out, err, runs, token)
+        return cls(proc, out, err, token)
+
+    def interrupt(self, signum: int, *, group: bool) -> None:
+        """``group``: the whole foreground group, as Ctrl-C; else the command's process."""
+        if group:
+            os.killpg(self.proc.pid, signum)
+        else:
+            self.proc.send_signal(signum)
+
+    def left_behind(self) -> list[str]:
+        """What outlived the command: workers, trainers, W&B services, orphans."""
+        return left_behind(self.token)
+
+    def finish(self, timeout: float = 300) -> tuple[int, str]:
+        code = self.proc.wait(timeout=timeout)
+        return code, self.out.read_text() + self.err.read_text()
+
+
+@dataclass
+class GridRun(Foreground):
+    """``vitscale grid`` of the fault grid on the local executor, as a terminal runs it."""
+
+    runs: Path | None = None
+
+    @classmethod
+    def start(cls, grid: Path, runs: Path, *args: str, **env_extra: str) -> GridRun:
+        command = ["grid", str(grid), "--executor", "local", "--workers", str(WORKERS)]
+        started = Foreground.start(
+            runs.parent / "grid-logs", *command, "--runs", str(runs), *args, **env_extra
+        )
+        return cls(**vars(started), runs=runs)
 
     def cells(self) -> list[Path]:
         return sorted(p for p in (self.runs / "faults").glob("*") if p.is_dir())
@@ -224,24 +252,6 @@ class GridRun:
         start = self.rows()
         wait_for(lambda: self.rows() >= start + rows, what="the cells to train")
         time.sleep(rng.uniform(0, 0.2))
-
-    def interrupt(self, signum: int, *, group: bool) -> None:
-        """``group``: the whole foreground group, as Ctrl-C; else the grid process alone."""
-        if group:
-            os.killpg(self.proc.pid, signum)
-        else:
-            self.proc.send_signal(signum)
-
-    def said(self, text: str) -> bool:
-        return text in self.out.read_text() + self.err.read_text()
-
-    def left_behind(self) -> list[str]:
-        """What outlived the grid: workers, their trainers, W&B services, orphans."""
-        return left_behind(self.token)
-
-    def finish(self, timeout: float = 300) -> tuple[int, str]:
-        code = self.proc.wait(timeout=timeout)
-        return code, self.out.read_text() + self.err.read_text()
 
 
 def locked_by(run_dir: Path) -> int | None:
