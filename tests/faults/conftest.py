@@ -185,6 +185,7 @@ class Foreground:
     out: Path
     err: Path
     token: str  # in the environment of the command and of every process it starts
+    started: int  # time.time_ns() just before it started
 
     @classmethod
     def start(cls, logs: Path, *args: str, **env_extra: str):
@@ -193,6 +194,7 @@ class Foreground:
         out, err = logs / f"{n}.out", logs / f"{n}.err"
         command = [sys.executable, "-m", "vitscale.cli", *args]
         token = uuid.uuid4().hex
+        started = time.time_ns()
         with open(out, "w") as o, open(err, "w") as e:
             proc = subprocess.Popen(
                 [sys.executable, "-c", _AS_A_TERMINAL_DOES, *command],
@@ -201,7 +203,7 @@ class Foreground:
                 env=env(**env_extra, **{TOKEN: token}),
                 start_new_session=True,
             )
-        return cls(proc, out, err, token)
+        return cls(proc, out, err, token, started)
 
     def interrupt(self, signum: int, *, group: bool) -> None:
         """``group``: the whole foreground group, as Ctrl-C; else the command's process."""
@@ -247,11 +249,24 @@ class GridRun(Foreground):
     def workers(self) -> list[int]:
         return children(self.proc.pid)
 
-    def when_training(self, rng: random.Random, rows: int = 2) -> None:
-        """Return at a random moment once the cells have logged ``rows`` more rows."""
+    def when_training(self, rng: random.Random, rows: int = 2, *, every: tuple = ()) -> None:
+        """Return at a random moment once the cells have logged ``rows`` more rows, and
+        each cell of ``every`` a row in this run (it trains: a stop signal now finds the
+        trainer, which checkpoints, not a worker still starting, which just exits)."""
         start = self.rows()
         wait_for(lambda: self.rows() >= start + rows, what="the cells to train")
+        for cell in every:
+            wait_for(lambda c=cell: _logged_since(c, self.started), what=f"{cell.name} to train")
         time.sleep(rng.uniform(0, 0.2))
+
+
+def _logged_since(run_dir: Path, since_ns: int) -> bool:
+    """A row of ``run_dir`` written after ``since_ns``."""
+    path = run_dir / rf.METRICS
+    try:
+        return path.stat().st_mtime_ns > since_ns and last_logged(run_dir) is not None
+    except FileNotFoundError:
+        return False
 
 
 def locked_by(run_dir: Path) -> int | None:

@@ -114,7 +114,7 @@ def test_interrupted_every_way_then_finished_equals_the_uninterrupted_run(tmp_pa
 
     # 2. SIGINT to the grid process alone: both cells checkpoint and stop.
     run = GridRun.start(grid, runs)
-    run.when_training(rng)
+    run.when_training(rng, every=(a, b))
     run.interrupt(signal.SIGINT, group=False)
     code, output = finished(run, timeout=60)
     assert code == 130, output[-3000:]
@@ -144,7 +144,7 @@ def test_interrupted_every_way_then_finished_equals_the_uninterrupted_run(tmp_pa
 
     # 4. SIGKILL of the grid: the kernel tells its workers, which checkpoint and exit.
     run = GridRun.start(grid, runs)
-    run.when_training(rng)
+    run.when_training(rng, every=(a, b))
     run.interrupt(signal.SIGKILL, group=False)
     code, output = finished(run)  # with what the orphaned workers printed
     assert code == -signal.SIGKILL
