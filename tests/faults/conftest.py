@@ -5,7 +5,8 @@ starts it, the processes it leaves behind, and a small disk to fill.
 Every fault is a real process and a real signal or condition: the grid and the trainer run
 as the CLI runs them, signals come from outside (``kill``), the disk is a size-limited
 tmpfs. The one aid is ``hooks/sitecustomize.py``, which can stop a trainer halfway through
-writing a checkpoint so that a signal lands there and not by luck.
+writing a checkpoint, or hold it between two steps until a stop signal comes, so that a
+signal lands there and not by luck.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from vitscale.train import checkpoint
 from ..conftest import tiny_config
 
 HOOKS = Path(__file__).parent / "hooks"
-STEPS = 64  # per cell of the first block: room for four interruptions of several steps
+STEPS = 40  # per cell of the first block: room for five interruptions of at most 5 steps
 SHORT = 16  # the third cell: it only needs to start late and finish
 WORKERS = 2
 THREADS = str(max(1, (os.cpu_count() or 1) // WORKERS))  # what the grid gives each worker

@@ -12,15 +12,18 @@ bit, none run twice, no process outlive its grid, no traceback appear anywhere.
                             -> b checkpoints; the second interrupt stops a at once; 143
     4. SIGKILL of the grid  -> the kernel tells its workers, which checkpoint and exit,
                                silently
-    5. SIGKILL of a's worker mid-checkpoint and of b's mid-step
+    5. SIGKILL of a's worker mid-checkpoint and of b's between two steps
                             -> a and b fail with the reason in status; c runs; exit 1
     6. the same command, b's latest checkpoint corrupted and a garbled line in its
        metrics.jsonl        -> b falls back to the checkpoint before and drops the line;
                                every cell done, equal to the uninterrupted run; exit 0
 
-"a stuck writing a checkpoint" is the sitecustomize hook (conftest): the process training
-a hangs halfway through writing its checkpoint, so that a signal lands there and not by
-luck. The signals all come from outside, with ``kill``.
+The sitecustomize hook (conftest) puts the cells where a signal must find them: "a stuck"
+hangs halfway through writing a checkpoint; the other cells, "held", wait for a stop
+signal after a random number of steps (1 to 4), so that each run moves them a bounded
+number of steps however long the test takes, and a SIGKILL of a held cell lands between
+two steps. The signals all come from outside, with ``kill``, at random moments once the
+cells train.
 """
 
 from __future__ import annotations
@@ -57,11 +60,21 @@ def _stopped_cleanly(cell) -> None:
     assert not (cell / rf.RESULT).exists()
 
 
-def _stuck_then_signal(run: GridRun, marker, rng) -> list[int]:
-    """Wait until cell a hangs in its checkpoint while b trains on; the workers' pids."""
-    wait_for(marker.exists, what="cell a to get stuck writing a checkpoint")
-    run.when_training(rng, rows=1)
-    return run.workers()
+def _hooks(rng: random.Random, markers, *, stuck=(), hold=()) -> dict[str, str]:
+    """The environment that has ``stuck`` cells hang mid-checkpoint and ``hold`` cells
+    wait for a stop signal after 1 to 4 steps (hooks/sitecustomize.py)."""
+    for old in markers.iterdir():
+        old.unlink()
+    return {
+        "FAULT_MARKERS": str(markers),
+        "FAULT_STUCK": ",".join(c.name for c in stuck),
+        "FAULT_HOLD": ",".join(c.name for c in hold),
+        "FAULT_HOLD_AFTER": str(rng.randint(1, 4)),
+    }
+
+
+def _marked(markers, cell, what: str) -> None:
+    wait_for((markers / f"{cell.name}.{what}").exists, what=f"{cell.name} to be {what}")
 
 
 def _intact(cell, before: list[int]) -> None:
@@ -75,11 +88,11 @@ def test_interrupted_every_way_then_finished_equals_the_uninterrupted_run(tmp_pa
     rng = random.Random()
     grid = write_grid(tmp_path)
     runs = tmp_path / "runs"
-    marker = tmp_path / "stuck"
+    markers = tmp_path / "markers"
+    markers.mkdir()
     seeds = {0: "a", 1: "b", 2: "c"}
     cell = {seeds[s]: runs / "faults" / cid for s, cid in reference.ids.items()}
     a, b, c = cell["a"], cell["b"], cell["c"]
-    stuck = {"FAULT_PAUSE_CELL": a.name, "FAULT_PAUSE_MARKER": str(marker)}
     outputs: list[str] = []
 
     def finished(run: GridRun, timeout: float = 300) -> tuple[int, str]:
@@ -89,8 +102,11 @@ def test_interrupted_every_way_then_finished_equals_the_uninterrupted_run(tmp_pa
         return code, output
 
     # 1. Ctrl-C of the foreground group; a stuck; the wait is bounded by --stop-timeout.
-    run = GridRun.start(grid, runs, "--stop-timeout", "2", **stuck)
-    workers = _stuck_then_signal(run, marker, rng)
+    hooks = _hooks(rng, markers, stuck=[a], hold=[b])
+    run = GridRun.start(grid, runs, "--stop-timeout", "2", **hooks)
+    _marked(markers, a, "stuck")
+    run.when_training(rng, rows=0, every=[b])
+    workers = run.workers()
     assert len(workers) == 2 and all(os.getpgid(w) != run.proc.pid for w in workers)
     run.interrupt(signal.SIGINT, group=True)
     code, output = finished(run, timeout=60)
@@ -110,11 +126,10 @@ def test_interrupted_every_way_then_finished_equals_the_uninterrupted_run(tmp_pa
     step = last_logged(b)
     assert status[b.name]["note"] == f"interrupted; resumes from its checkpoint (step {step})"
     assert status[a.name]["note"] == "interrupted before its first checkpoint; starts over"
-    marker.unlink()
 
     # 2. SIGINT to the grid process alone: both cells checkpoint and stop.
-    run = GridRun.start(grid, runs)
-    run.when_training(rng, every=(a, b))
+    run = GridRun.start(grid, runs, **_hooks(rng, markers, hold=[a, b]))
+    run.when_training(rng, rows=0, every=[a, b])
     run.interrupt(signal.SIGINT, group=False)
     code, output = finished(run, timeout=60)
     assert code == 130, output[-3000:]
@@ -127,8 +142,9 @@ def test_interrupted_every_way_then_finished_equals_the_uninterrupted_run(tmp_pa
         _stopped_cleanly(stopped)
 
     # 3. SIGTERM to the grid process, a stuck again; then Ctrl-C: a is stopped at once.
-    run = GridRun.start(grid, runs, **stuck)
-    _stuck_then_signal(run, marker, rng)
+    run = GridRun.start(grid, runs, **_hooks(rng, markers, stuck=[a], hold=[b]))
+    _marked(markers, a, "stuck")
+    run.when_training(rng, rows=0, every=[b])
     stops = (b / rf.LOG).read_text().count("preempted")
     run.interrupt(signal.SIGTERM, group=False)
     wait_for(lambda: (b / rf.LOG).read_text().count("preempted") > stops, what="b to stop")
@@ -140,20 +156,20 @@ def test_interrupted_every_way_then_finished_equals_the_uninterrupted_run(tmp_pa
     assert "a second interrupt: 1 cell(s) stopped at once" in output
     _stopped_cleanly(b)
     _intact(a, before)
-    marker.unlink()
 
     # 4. SIGKILL of the grid: the kernel tells its workers, which checkpoint and exit.
-    run = GridRun.start(grid, runs)
-    run.when_training(rng, every=(a, b))
+    run = GridRun.start(grid, runs, **_hooks(rng, markers, hold=[a, b]))
+    run.when_training(rng, rows=0, every=[a, b])
     run.interrupt(signal.SIGKILL, group=False)
     code, output = finished(run)  # with what the orphaned workers printed
     assert code == -signal.SIGKILL
     for stopped in (a, b):
         _stopped_cleanly(stopped)
 
-    # 5. SIGKILL of a's worker while it writes a checkpoint, and of b's while it trains.
-    run = GridRun.start(grid, runs, **stuck)
-    _stuck_then_signal(run, marker, rng)
+    # 5. SIGKILL of a's worker while it writes a checkpoint, and of b's between two steps.
+    run = GridRun.start(grid, runs, **_hooks(rng, markers, stuck=[a], hold=[b]))
+    _marked(markers, a, "stuck")
+    _marked(markers, b, "held")
     before = checkpoint_steps(a)
     for killed in (a, b):
         worker = locked_by(killed)
@@ -174,7 +190,7 @@ def test_interrupted_every_way_then_finished_equals_the_uninterrupted_run(tmp_pa
     # middle of its weights flipped, which torch itself would load without a word) and a
     # garbled line in its metrics (a torn write, bytes lost): dropped on resume.
     steps = checkpoint_steps(b)
-    assert len(steps) == 2, steps
+    assert len(steps) == 2, steps  # killed between steps: the one before is kept
     state = checkpoint.latest(b / "checkpoints") / checkpoint.STATE
     data = bytearray(state.read_bytes())
     middle = len(data) // 2

@@ -36,8 +36,10 @@ def test_ctrl_c_checkpoints_a_second_stops_at_once_then_it_resumes(tmp_path, ref
     command = ("train", str(config), "--workdir", str(run))
     logs = tmp_path / "logs"
 
-    # 1. Ctrl-C at a random moment: a checkpoint at the next step, said in one line.
-    job = Foreground.start(logs, *command)
+    # 1. Ctrl-C at a random moment (the trainer held after 1 to 4 steps until it comes,
+    # so that it comes mid-run): a checkpoint at the next step, said in one line.
+    hold = {"FAULT_HOLD": run.name, "FAULT_HOLD_AFTER": str(random.randint(1, 4))}
+    job = Foreground.start(logs, *command, **hold, FAULT_MARKERS=str(tmp_path))
     wait_for(lambda: (run / "metrics.jsonl").is_file() and last_logged(run), what="a step")
     time.sleep(random.uniform(0, 0.2))
     job.interrupt(signal.SIGINT, group=True)
@@ -51,11 +53,8 @@ def test_ctrl_c_checkpoints_a_second_stops_at_once_then_it_resumes(tmp_path, ref
     assert job.left_behind() == []
 
     # 2. Stuck writing its next checkpoint: Ctrl-C cannot be answered; a second stops it.
-    marker = tmp_path / "stuck"
-    job = Foreground.start(
-        logs, *command, FAULT_PAUSE_CELL=run.name, FAULT_PAUSE_MARKER=str(marker)
-    )
-    wait_for(marker.exists, what="the trainer to get stuck writing a checkpoint")
+    job = Foreground.start(logs, *command, FAULT_STUCK=run.name, FAULT_MARKERS=str(tmp_path))
+    wait_for((tmp_path / f"{run.name}.stuck").exists, what="the trainer to get stuck")
     before = checkpoint_steps(run)
     job.interrupt(signal.SIGINT, group=True)
     time.sleep(SECOND_INTERRUPT_S + 0.2)  # a second Ctrl-C, not one delivered twice
