@@ -74,7 +74,7 @@ def test_one_message_per_problem_with_did_you_mean():
     )
     text = "\n".join(problems)
     assert "unknown key 'train.stpes'; did you mean train.steps?" in text
-    assert "train.batch_size: expected int, got 'big'" in text
+    assert "train.batch_size: expected a whole number, got 'big'" in text
     assert "optim.schedule: unknown value 'step'; valid: 'linear', 'cosine'" in text
     assert "patch size 15 does not divide resolution 32" in text
     assert len(problems) == 4
@@ -113,7 +113,7 @@ def _shuffled(d):
     return {k: _shuffled(v) if isinstance(v, dict) else v for k, v in reversed(list(d.items()))}
 
 
-@given(steps=st.integers(1, 10_000), lr=st.floats(1e-6, 1.0), seed=st.integers(0, 100))
+@given(steps=st.integers(3, 10_000), lr=st.floats(1e-6, 1.0), seed=st.integers(0, 100))  # > warm-up
 def test_cell_ids_are_stable_under_key_order_and_unique_per_config(steps, lr, seed):
     config = tiny_config(train={"steps": steps}, optim={"lr": lr}, seed=seed)
     a = cell_id(resolve(config))

@@ -29,7 +29,12 @@ def _run_folder(tmp_path, name: str, *, image_size: int, head: str, num_classes:
     """A run folder as the trainer leaves it: resolved config.json and a checkpoint
     written by the trainer's own checkpoint writer."""
     cfg = resolve(
-        {"model": {"name": name}, "data": {"image_size": image_size}, "train": {"steps": 3}}
+        {
+            "model": {"name": name},
+            "data": {"image_size": image_size},
+            "train": {"steps": 3},
+            "optim": {"warmup_steps": 1},
+        }
     )
     resolved = cfg.to_dict() | {"cell_id": cell_id(cfg)}
     run = tmp_path / "runs" / "g" / resolved["cell_id"]

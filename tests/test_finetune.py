@@ -30,6 +30,7 @@ DATASET = "synthetic-textures"
 def _cfg(**finetune_keys) -> dict:
     return tiny_config(
         train={"steps": 2, "eval_every": None, "checkpoint_every": None},
+        optim={"warmup_steps": 1},
         eval={
             "fewshot": {"datasets": []},
             "upstream": {"examples": 0},

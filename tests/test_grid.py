@@ -171,8 +171,8 @@ def test_data_and_resources_are_checked_before_anything_runs(tmp_path, capsys):
     )
     err = _errors(_write(tmp_path, grid), capsys, "--executor", "slurm", "--profile", str(profile))
     assert (
-        "block 'big-subset': data: synthetic-glyphs: subset: 5000 asks for 5,000 examples but the split has only 2,000"
-        in err
+        "block 'big-subset': data.subset: 5000 asks for more examples than synthetic-glyphs holds "
+        "(2,000); allowed: a count up to 2,000 or a fraction in (0, 1]" in err
     )
     assert (
         f"block 'missing': data: imagefolder:{tmp_path}/nowhere: nothing under {tmp_path}/nowhere"
@@ -297,6 +297,8 @@ def test_a_worker_survives_a_broken_cell(tmp_path):
         text=True,
         timeout=300,
     )
-    assert served.returncode == 0 and served.stdout.split() == ["1", "0"], served.stderr
+    answers = [line.split("\t") for line in served.stdout.splitlines()]
+    assert served.returncode == 0 and [code for code, _ in answers] == ["1", "0"], served.stderr
+    assert answers[0][1].startswith("JSONDecodeError: ") and answers[1][1] == ""  # the reasons
     assert "JSONDecodeError" in (broken / rf.LOG).read_text()
     assert rf.read_json(good / rf.RESULT)["status"] == rf.STATUS_DONE

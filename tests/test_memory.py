@@ -148,6 +148,7 @@ def _grid(tmp_path: Path, model: str, **train) -> Path:
             "model": {"name": model},
             "data": {"dataset": "synthetic", "image_size": 224},
             "train": {"steps": 10, "batch_size": 1024} | train,
+            "optim": {"warmup_steps": 1},
             "wandb": {"mode": "disabled"},
         },
         "resources": {"default": {"gpus": 1}},

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 # The demo grid in a reduced form: the same cells' shape, seconds each.
 REDUCED = [
-    "--set", "train.steps=2", "--set", "train.eval_every=1", "--set", "eval.fewshot.test_examples=40",
+    "--set", "train.steps=2", "--set", "optim.warmup_steps=1", "--set", "train.eval_every=1",
+    "--set", "eval.fewshot.test_examples=40",
     "--set", "eval.upstream.examples=40", "--set", "eval.finetune.steps=1",
     "--set", "eval.finetune.test_examples=40", "--set", "wandb.mode=disabled",
 ]  # fmt: skip
@@ -72,7 +73,7 @@ def _sandboxed(argv: list[str], tmp: Path) -> list[str]:
         else:  # later --set win: the README's own (a "quick try") are reduced too
             out += ["--runs", str(tmp / "runs"), *REDUCED]
     if command == "train":
-        out += ["--set", "train.steps=3"]
+        out += ["--set", "train.steps=3", "--set", "optim.warmup_steps=1"]
     if command == "wandb" and out[1] in ("dashboard", "report") and "--dry-run" not in out:
         out.append("--dry-run")  # no W&B server here: what would be sent is built and printed
     return out

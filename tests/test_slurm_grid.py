@@ -59,6 +59,7 @@ base:
   model: {{name: ViT-Pico/4}}
   data: {{dataset: synthetic, image_size: 32, subset: 2k, num_workers: 2}}
   train: {{steps: {STEPS}, batch_size: 32, log_every: 1}}
+  optim: {{warmup_steps: 10}}
   eval:
     fewshot: {{datasets: [synthetic-glyphs], shots: [5], seeds: 1, test_examples: 200}}
     upstream: {{examples: 0}}

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "experiments" / "study.yaml"
 SMALL = {
     "train": {"steps": 4, "eval_every": 2, "checkpoint_every": 4, "log_every": 2},
+    "optim": {"warmup_steps": 1},
     "eval": {
         "fewshot": {"seeds": 2, "test_examples": 40},
         "upstream": {"examples": 40},

@@ -130,7 +130,8 @@ def test_bad_examples_are_counted_limited_and_resumed(tmp_path):
 def test_cli_train_names_a_bad_example_in_one_line(tmp_path, capsys):
     root = _bad_set(tmp_path / "sh", {"jpg": b"not an image", "cls": b"2"})
     config = shard_config(root, data={"subset": None})
-    config["train"] |= {"steps": 2}
+    config["train"] |= {"steps": 2, "checkpoint_every": 2}  # within the run: no note
+    config["optim"]["warmup_steps"] = 1
     config["eval"]["upstream"] = {"examples": 0}
     path = tmp_path / "cell.json"
     path.write_text(json.dumps(config))

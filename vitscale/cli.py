@@ -98,6 +98,7 @@ def _flops(args: argparse.Namespace) -> int:
 
 EXIT_FAILED = 1
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: checkpointed after SIGUSR1/SIGTERM; run again to resume
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C, as a shell reports it
 
 
 def _configure_train(p: argparse.ArgumentParser) -> None:
@@ -122,18 +123,31 @@ def _configure_train(p: argparse.ArgumentParser) -> None:
     "train", "pre-train one cell and evaluate its transfer (run folder contract)", _configure_train
 )
 def _train(args: argparse.Namespace) -> int:
+    import os
+
     from .config import ConfigError, cell_id, load_yaml, resolve
+    from .preflight import dataset_size, preflight
 
     try:
         cfg = resolve(load_yaml(args.config), overrides=args.overrides, source=args.config)
     except ConfigError as e:
         raise UserError(str(e)) from None
+    check = preflight(
+        cfg, dataset_size=dataset_size(cfg), num_processes=int(os.environ.get("WORLD_SIZE", 1))
+    )
+    if check.problems:
+        raise UserError("\n".join(f"{args.config}: {p}" for p in check.problems))
+    if int(os.environ.get("RANK", 0)) == 0:
+        for note in check.notes:
+            print(f"note: {note}", file=sys.stderr)
     workdir = args.workdir or f"runs/{cfg.grid or 'adhoc'}/{cell_id(cfg)}"
     if args.dry_run:
         print(json.dumps(cfg.to_dict() | {"cell_id": cell_id(cfg), "workdir": workdir}, indent=2))
         return 0
     from .data import DatasetFormatError, DatasetNotFoundError
+    from .runfolder import DiskFullError
     from .train import Preempted, train
+    from .train.checkpoint import CheckpointError
     from .train.runtime import shutdown
 
     try:
@@ -142,7 +156,17 @@ def _train(args: argparse.Namespace) -> int:
         raise UserError(str(e)) from None
     except Preempted as e:
         print(f"{e}; run the same command again to resume", file=sys.stderr)
-        return EXIT_PREEMPTED
+        return EXIT_INTERRUPTED if e.signal_name == "SIGINT" else EXIT_PREEMPTED
+    except KeyboardInterrupt:  # a second Ctrl-C
+        print(
+            "interrupted: stopped at once; run the same command again to resume from the last "
+            "checkpoint",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    except (DiskFullError, CheckpointError) as e:  # the run's fault, not the user's input
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
     finally:
         shutdown()  # the process group (torchrun), if any: last thing a launched process does
     print(
@@ -181,6 +205,14 @@ def _configure_grid(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--runs", default="runs", help="root of the run folders (default: runs)")
     p.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="local: after Ctrl-C (or SIGTERM), how long the running cells get to checkpoint "
+        "before they are stopped at once (default 300; a second Ctrl-C does it sooner)",
+    )
+    p.add_argument(
         "--set",
         dest="overrides",
         action="append",
@@ -211,6 +243,7 @@ def _grid(args: argparse.Namespace) -> int:
             profile_path=args.profile,
             overrides=args.overrides,
             wait=args.wait,
+            stop_timeout=args.stop_timeout,
         )
     except ValueError as e:
         raise UserError(str(e)) from None
@@ -509,6 +542,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C where a command has nothing to save
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import re
 import types
 import typing
@@ -36,6 +37,8 @@ __all__ = [
     "set_key",
     "cell_id",
     "to_steps",
+    "length_checks",
+    "launch_problems",
 ]
 
 
@@ -271,9 +274,16 @@ _Loader.add_implicit_resolver(
 )
 
 
-def yaml_load(text: str):
-    """Parse YAML text (configs, grids, profiles) with YAML 1.2 floats."""
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+def yaml_load(text: str, *, source: str | None = None):
+    """Parse YAML text (configs, grids, profiles, ``--set`` values) with YAML 1.2 floats.
+    A syntax error is a :class:`ConfigError` in one line: where in ``source``, and what."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError([f"not valid YAML{where}: {what}"], source) from None
 
 
 def _deep_merge(base: dict, update: dict) -> dict:
@@ -290,10 +300,7 @@ def load_yaml(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ConfigError([f"config file not found: {path}"])
-    try:
-        data = yaml_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError([f"not valid YAML: {e}"], source=str(path)) from None
+    data = yaml_load(path.read_text(), source=str(path)) or {}
     if not isinstance(data, dict):
         raise ConfigError(
             ["the top level must be a mapping of sections (model, data, train, ...)"], str(path)
@@ -328,7 +335,11 @@ def apply_overrides(config: dict, overrides: list[str]) -> dict:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ConfigError([f"--set expects key=value (e.g. train.steps=100), got {item!r}"])
-        set_key(config, key, yaml_load(raw))
+        try:
+            value = yaml_load(raw)
+        except ConfigError as e:
+            raise ConfigError([f"--set {item}: {p}" for p in e.problems]) from None
+        set_key(config, key, value)
     return config
 
 
@@ -352,7 +363,21 @@ def _type_ok(value: Any, hint: Any) -> bool:
     return isinstance(value, hint)
 
 
+_TYPE_WORDS = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}
+
+
 def _type_name(hint: Any) -> str:
+    """``int | None`` -> "a whole number or null": what the user may write there."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        words = " or ".join(_type_name(a) for a in args)
+        return words + (" or null" if len(args) < len(typing.get_args(hint)) else "")
+    if origin is list:
+        (inner,) = typing.get_args(hint)
+        return f"a list of {_type_name(inner).removeprefix('a ').removeprefix('an ')}s"
+    if hint in _TYPE_WORDS:
+        return _TYPE_WORDS[hint]
     return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
 
@@ -397,10 +422,83 @@ def _has(d: dict, dotted: str) -> bool:
     return True
 
 
+def _leaves(d: dict, prefix: str = "") -> typing.Iterator[tuple[str, Any]]:
+    for key, value in d.items():
+        if isinstance(value, dict):
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _non_finite(cfg: Config) -> list[str]:
+    """Every NaN or infinity in the config (a learning rate, a weight decay ...): YAML
+    reads ``.nan`` and ``.inf`` as numbers, and no key has a use for them."""
+    problems = []
+    for key, value in _leaves(cfg.to_dict()):
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            problems.append(f"{key}: expected finite numbers, got {value!r}")
+    return problems
+
+
+def length_checks(cfg: Config, total_steps: int) -> tuple[list[str], list[str]]:
+    """``(problems, notes)`` that need the run's length in steps: a warm-up that never
+    ends is a problem; intervals longer than the run are allowed, and said."""
+    problems: list[str] = []
+    notes: list[str] = []
+    if total_steps <= 0:  # a published checkpoint evaluated as it is: nothing trains
+        return problems, notes
+    warmup = cfg.optim.warmup_steps
+    if warmup is not None and warmup >= total_steps:
+        problems.append(
+            f"optim.warmup_steps: {warmup:,} is not shorter than the run ({total_steps:,} "
+            f"steps), so the learning rate would never reach its peak; allowed: 0 to "
+            f"{total_steps - 1:,}"
+        )
+    t = cfg.train
+    for key, consequence in (
+        ("eval_every", "it evaluates at the end only"),
+        ("checkpoint_every", "it checkpoints at the end (and on a stop signal) only"),
+        ("log_every", "it logs the last step only"),
+    ):
+        value = getattr(t, key)
+        if value is not None and value > total_steps:
+            notes.append(
+                f"train.{key}: {value:,} is longer than the run ({total_steps:,} steps): "
+                f"{consequence}"
+            )
+    return problems, notes
+
+
+def launch_problems(cfg: Config, num_processes: int) -> list[str]:
+    """What a launch on ``num_processes`` processes cannot run: a global batch (or its
+    micro-batches) that does not split evenly over them."""
+    problems = []
+    t = cfg.train
+    micro = t.micro_batch_size or t.batch_size // num_processes
+    if t.batch_size % num_processes or not micro or (t.batch_size // num_processes) % micro:
+        problems.append(
+            f"train.batch_size: {t.batch_size} does not split evenly over {num_processes} "
+            "processes"
+            + (f" and micro-batches of {micro}" if t.micro_batch_size else "")
+            + f"; allowed: a multiple of {num_processes * (t.micro_batch_size or 1)}"
+        )
+    ft = cfg.eval.finetune
+    ft_per_process = max(1, ft.batch_size // num_processes)
+    if ft.micro_batch_size and ft_per_process % ft.micro_batch_size:
+        problems.append(
+            f"eval.finetune.micro_batch_size {ft.micro_batch_size} must divide the per-process "
+            f"fine-tuning batch {ft_per_process} (eval.finetune.batch_size {ft.batch_size} "
+            f"over {num_processes} processes)"
+        )
+    return problems
+
+
 def _check(cfg: Config, problems: list[str]) -> None:
     from .data.subsets import parse_count, parse_subset
     from .models.names import check_resolution, parse
 
+    problems.extend(_non_finite(cfg))
     d = cfg.to_dict()
     for key, valid in CHOICES.items():
         value = _get(d, key)
@@ -417,7 +515,10 @@ def _check(cfg: Config, problems: list[str]) -> None:
         problems.append(f"model.name: {e}")
     t = cfg.train
     durations = [k for k in ("steps", "epochs", "examples") if getattr(t, k) is not None]
-    if len(durations) != 1:
+    mistyped = any(
+        p.startswith(("train.steps:", "train.epochs:", "train.examples:")) for p in problems
+    )
+    if len(durations) != 1 and not mistyped:
         problems.append(
             "train: give the duration exactly once as train.steps, train.epochs or train.examples"
             f" (got {', '.join(durations) or 'none'})"
@@ -513,6 +614,8 @@ def _check(cfg: Config, problems: list[str]) -> None:
     ft = cfg.eval.finetune
     if ft.lrs is not None and not ft.lrs:
         problems.append("eval.finetune.lrs: give at least one learning rate (or leave it unset)")
+    if ft.lrs and any(lr <= 0 for lr in ft.lrs):
+        problems.append(f"eval.finetune.lrs: learning rates must be positive, got {ft.lrs}")
     if ft.steps is not None and ft.steps <= 0:
         problems.append(f"eval.finetune.steps must be positive, got {ft.steps}")
     for key in ("batch_size", "micro_batch_size"):
@@ -556,20 +659,9 @@ def resolve(
     cfg = _build(Config, merged, "", [])  # its problems are the ones reported above
     _check(cfg, problems)
     if num_processes and not problems:
-        micro = cfg.train.micro_batch_size or cfg.train.batch_size // num_processes
-        if cfg.train.batch_size % num_processes or (cfg.train.batch_size // num_processes) % micro:
-            problems.append(
-                f"train.batch_size {cfg.train.batch_size} must split evenly over {num_processes} processes"
-                + (f" and micro-batches of {micro}" if cfg.train.micro_batch_size else "")
-            )
-        ft = cfg.eval.finetune
-        ft_per_process = max(1, ft.batch_size // num_processes)
-        if ft.micro_batch_size and ft_per_process % ft.micro_batch_size:
-            problems.append(
-                f"eval.finetune.micro_batch_size {ft.micro_batch_size} must divide the per-process "
-                f"fine-tuning batch {ft_per_process} (eval.finetune.batch_size {ft.batch_size} "
-                f"over {num_processes} processes)"
-            )
+        problems.extend(launch_problems(cfg, num_processes))
+    if cfg.train.steps is not None and not problems:  # the length is known without data
+        problems.extend(length_checks(cfg, cfg.train.steps)[0])
     if problems:
         raise ConfigError(problems, source)
     return cfg

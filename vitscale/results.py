@@ -263,7 +263,8 @@ def _read_json(path: Path) -> Any:
 def _last_metrics_row(path: Path) -> dict | None:
     """The last complete row of a metrics.jsonl, reading only its tail.
 
-    A torn last line (a crash mid-write) is skipped, as in runfolder.iter_metrics.
+    Lines that are not rows (a torn last line after a crash, a corrupted one) are skipped,
+    as in :func:`vitscale.runfolder.iter_metrics`.
     """
     try:
         with open(path, "rb") as fh:
@@ -277,14 +278,7 @@ def _last_metrics_row(path: Path) -> dict | None:
                 # The first line of a partial block may be cut; only trust it at offset 0.
                 candidates = lines if start == 0 else lines[1:]
                 for line in reversed(candidates):
-                    line = line.strip()
-                    if not line:
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except (json.JSONDecodeError, UnicodeDecodeError):
-                        continue
-                    if isinstance(row, dict):
+                    if line.strip() and (row := rf.parse_row(line)) is not None:
                         return row
                 if start == 0:
                     return None
@@ -340,8 +334,6 @@ def cell_state(run_dir: str | os.PathLike, *, scan_metrics: bool = True) -> Cell
     if scan_metrics:
         last = None
         for row in rf.iter_metrics(path / rf.METRICS):
-            if not isinstance(row, dict):
-                continue
             last = row
             for k, v in row.items():
                 if rf.is_accuracy(k) and isinstance(v, int | float):
@@ -610,8 +602,6 @@ def load_history(
         tag = {c: getattr(cell, c) for c in ident}
         try:
             for row in rf.iter_metrics(metrics_file):
-                if not isinstance(row, dict):
-                    continue
                 if keep is not None:
                     row = {k: v for k, v in row.items() if k in keep}
                 rows.append(tag | row)

@@ -12,6 +12,7 @@ never written anywhere by this module.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -69,10 +70,15 @@ class Tracker:
         self._start_wandb(config, cell_id)
 
     def _truncate_after(self, step: int) -> None:
-        """On resume, drop rows logged after the checkpoint: they will be logged again."""
+        """On resume, drop rows logged after the checkpoint (they will be logged again) and
+        lines that are not rows (torn by a crash, corrupted); rewrite nothing otherwise."""
         if not self.path.exists():
             return
-        rows = [r for r in rf.iter_metrics(self.path) if r.get(rf.STEP, 0) <= step]
+        with open(self.path, encoding="utf-8", errors="replace") as fh:
+            lines = sum(1 for line in fh if line.strip())
+        rows = [r for r in rf.iter_metrics(self.path) if r[rf.STEP] <= step]
+        if len(rows) == lines:
+            return
         tmp = self.path.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
         os.replace(tmp, self.path)
@@ -109,14 +115,31 @@ class Tracker:
             self._wandb_failed(e)
 
     def _wandb_failed(self, error: Exception) -> None:
-        warnings.warn(f"W&B disabled for this run after an error: {error}", stacklevel=3)
+        warnings.warn(
+            f"W&B disabled for this run after an error: {error} ({type(error).__name__}); "
+            f"training goes on, {rf.METRICS} keeps every row",
+            stacklevel=3,
+        )
         self._wandb = None
+        if isinstance(error, ConnectionError):  # its service process is gone
+            _forget_wandb_service()
 
     def log(self, row: dict[str, Any]) -> None:
         if not self.enabled:
             return
         row = {k: _finite_or_none(v) for k, v in row.items()}
-        self._file.write(json.dumps(row) + "\n")
+        try:
+            self._file.write(json.dumps(row) + "\n")
+        except OSError as e:
+            if not rf.is_disk_full(e):
+                raise
+            raise rf.DiskFullError(
+                rf.disk_full_message(
+                    e,
+                    what=str(self.path),
+                    kept="the last checkpoint is kept: free space and run again to resume",
+                )
+            ) from e
         if self._wandb is not None:
             try:
                 self._wandb.log(
@@ -138,15 +161,30 @@ class Tracker:
             self._wandb_failed(e)
 
     def close(self, *, failed: bool = False) -> None:
-        if not self.enabled:
+        if not self.enabled or self._file.closed:
             return
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError:  # a full disk: the write that failed has said so
+            if not failed:
+                raise
         if self._wandb is not None:
             try:
                 self._wandb.finish(exit_code=1 if failed else 0)
             except Exception as e:  # noqa: BLE001
                 self._wandb_failed(e)
             self._wandb = None
+
+
+def _forget_wandb_service() -> None:
+    """Let go of a W&B service process (``wandb-core``) that died, killed or out of
+    memory: otherwise wandb's exit hook tries to tear it down at exit and prints a
+    traceback, and the next cell of a grid worker would find the dead service instead of
+    starting a fresh one."""
+    import wandb
+
+    with contextlib.suppress(Exception, SystemExit):
+        wandb.teardown()
 
 
 def _tags(config: dict) -> list[str]:

@@ -5,9 +5,10 @@ SIGTERM on preemption reach the loader workers as well as the trainer. A worker 
 the signal dispositions of the moment it was forked; with the default ones it dies of
 SIGUSR1 or SIGTERM, torch's main process then raises "DataLoader worker (pid ...) is
 killed by signal" from the middle of a step, and a run that should have checkpointed
-fails. Workers therefore ignore both signals (:func:`worker_init`): the trainer, which
-handles them (:mod:`vitscale.train.signals`), checkpoints and stops, and shuts the
-workers down itself. One exit path needs care: when a process exits with a loader still
+fails. Workers therefore ignore both signals (:func:`worker_init`), and SIGINT as well,
+which a terminal's Ctrl-C sends to every process of the foreground group: the trainer,
+which handles all three (:mod:`vitscale.train.signals`), checkpoints and stops, and shuts
+the workers down itself. One exit path needs care: when a process exits with a loader still
 referenced (an uncaught exception's traceback holds it), ``multiprocessing`` ends its
 daemonic children with SIGTERM and waits for them, which would wait forever on workers
 that ignore it; they are killed at exit instead (they hold nothing to save; a process
@@ -29,18 +30,27 @@ import signal
 
 from torch.utils.data import Dataset
 
-__all__ = ["PREEMPTION_SIGNALS", "worker_init", "prepare_for_workers", "auto_num_workers"]
+__all__ = [
+    "PREEMPTION_SIGNALS",
+    "STOP_SIGNALS",
+    "worker_init",
+    "prepare_for_workers",
+    "auto_num_workers",
+]
 
 # SLURM's time-limit signal (--signal=USR1@N) and its preemption/scancel signal.
 PREEMPTION_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+# ... and Ctrl-C: every signal the trainer turns into "checkpoint at the next step, stop".
+STOP_SIGNALS = (*PREEMPTION_SIGNALS, signal.SIGINT)
 
 MAX_AUTO_WORKERS = 16  # per process; more rarely pays at 224 px
 
 
 def worker_init(worker_id: int) -> None:
-    """``worker_init_fn`` of every vitscale DataLoader: leave SLURM's signals to the trainer."""
+    """``worker_init_fn`` of every vitscale DataLoader: leave SLURM's signals and Ctrl-C to
+    the trainer."""
     del worker_id
-    for sig in PREEMPTION_SIGNALS:
+    for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
 
 

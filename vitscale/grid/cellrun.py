@@ -8,13 +8,20 @@ The cell's resolved config is the run folder's ``config.json`` (written at submi
 An exclusive lock on ``<run>/.lock`` (held by the rank-0 process while it trains) makes
 sure two submissions racing for the same cell cannot both run it: the second one sees the
 lock and exits. A finished cell is never run again.
+
+Started by the local executor (``VITSCALE_PARENT_PID`` set), a process never outlives the
+grid that started it, however the grid ends (SIGKILL included): the kernel sends it
+SIGTERM when its parent dies (``PR_SET_PDEATHSIG``), so it checkpoints its cell and
+exits, quietly: an answer nobody reads is dropped, not reported with a traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +32,22 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BUSY = 0  # another process holds the cell: nothing to do here
 EXIT_PREEMPTED = 75  # checkpointed after a preemption signal; run again to resume
+
+PARENT_ENV = "VITSCALE_PARENT_PID"  # set by the local executor: die with that process
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Have the kernel send ``sig`` to this process when the process named by
+    ``VITSCALE_PARENT_PID`` (its parent) ends, by any means. The variable is removed so
+    that this process's own children (``torchrun``'s workers) do not inherit it."""
+    parent = os.environ.pop(PARENT_ENV, None)
+    if parent is None or not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    if os.getppid() != int(parent):  # it died before the line above: too late to be told
+        os.kill(os.getpid(), sig)
 
 
 @contextlib.contextmanager
@@ -91,13 +114,18 @@ def _agree_with_rank0(acquired: bool, config: dict) -> bool:
 
 def run_cell(run_dir: str | Path) -> int:
     """Train the cell in ``run_dir`` unless it is done or held by another process."""
+    return _run_cell(Path(run_dir))[0]
+
+
+def _run_cell(run_dir: Path) -> tuple[int, str]:
+    """``(exit code, why in one line)``: the reason is empty when the cell is done."""
     from ..config import ConfigError, resolve
     from ..train import Preempted, train
+    from ..train.checkpoint import CheckpointError
 
-    run_dir = Path(run_dir)
     if is_done(run_dir):
         print(f"{run_dir.name}: already done", flush=True)
-        return EXIT_OK
+        return EXIT_OK, ""
     config = rf.read_json(run_dir / rf.CONFIG)
     # Only rank 0 takes the lock: the other ranks of a multi-process cell follow it.
     with cell_lock(run_dir) if _rank() == 0 else contextlib.nullcontext(True) as acquired:
@@ -106,16 +134,24 @@ def run_cell(run_dir: str | Path) -> int:
                 f"{run_dir.name}: another process is running this cell; leaving it alone",
                 flush=True,
             )
-            return EXIT_BUSY
+            return EXIT_BUSY, "another process is running this cell"
         try:
             result = train(resolve(config), run_dir)
-        except ConfigError as e:
-            print(f"{run_dir.name}: {e}", file=sys.stderr, flush=True)
-            return EXIT_FAILED
+        except (ConfigError, CheckpointError, rf.DiskFullError) as e:
+            _say(f"{run_dir.name}: {e}", file=sys.stderr)
+            return EXIT_FAILED, str(e)
         except Preempted as e:
-            print(f"{run_dir.name}: {e}", flush=True)
-            return EXIT_PREEMPTED
-    return EXIT_OK if result["status"] == rf.STATUS_DONE else EXIT_FAILED
+            _say(f"{run_dir.name}: {e}")
+            return EXIT_PREEMPTED, str(e)
+    if result["status"] == rf.STATUS_DONE:
+        return EXIT_OK, ""
+    return EXIT_FAILED, str(result.get("error") or "failed")
+
+
+def _say(line: str, *, file=None) -> None:
+    """Print a line of the cell's log; on a full disk there is nowhere to say it."""
+    with contextlib.suppress(OSError):
+        print(line, file=file or sys.stdout, flush=True)
 
 
 @contextlib.contextmanager
@@ -139,35 +175,67 @@ def _output_to(path: Path) -> Iterator[None]:
             os.close(f)
 
 
+class _Stop(BaseException):
+    """A stop signal while no cell trains (between cells, or before the trainer handles
+    signals): the worker ends quietly."""
+
+
+def _stop(signum, frame) -> None:
+    raise _Stop
+
+
 def serve() -> int:
     """Run the cells named on stdin, one path per line, one after another in this process;
-    answer each with its exit code on a line of stdout.
+    answer each with a line of stdout: its exit code, a tab and the reason in one line.
 
     The local executor's workers: a process per cell would pay the interpreter and library
     start-up (about 4 s: torch, its optimiser's compiler hooks) for every cell, a large
     share of a CPU demo cell. Each cell's output goes to its own ``log.txt``; a cell that
-    raises is reported failed (exit 1) and the next one runs.
+    raises is reported failed (exit 1) and the next one runs. A stop signal ends the
+    worker: while a cell trains, after it checkpoints (``EXIT_PREEMPTED``), otherwise at
+    once. An answer the grid can no longer read (it died) ends the worker too, silently.
     """
     import traceback
 
-    report = os.fdopen(os.dup(1), "w", buffering=1)
-    for line in sys.stdin:
-        run_dir = Path(line.strip())
-        with _output_to(run_dir / rf.LOG):
+    report = os.dup(1)  # the answers; anything else printed between cells goes nowhere
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(sig, _stop)  # the trainer handles them itself while a cell trains
+    try:
+        for line in sys.stdin:
+            run_dir = Path(line.strip())
             try:
-                code = run_cell(run_dir)
-            except Exception:  # noqa: BLE001 - reported in the cell's log, then the next cell
-                traceback.print_exc()
-                code = EXIT_FAILED
-        report.write(f"{code}\n")
+                with _output_to(run_dir / rf.LOG):
+                    try:
+                        code, reason = _run_cell(run_dir)
+                    except Exception as e:  # noqa: BLE001 - in the cell's log, then the next cell
+                        with contextlib.suppress(OSError):
+                            traceback.print_exc()
+                        code, reason = EXIT_FAILED, rf.describe_failure(e)
+            except OSError as e:  # its log cannot even be opened (a full disk, a bad path)
+                code, reason = EXIT_FAILED, rf.describe_failure(e)
+            answer = f"{code}\t{' '.join(reason.split())}\n"
+            try:
+                os.write(report, answer.encode())
+            except OSError:  # BrokenPipeError: the grid is gone
+                return EXIT_PREEMPTED if code == EXIT_PREEMPTED else code
+            if code == EXIT_PREEMPTED:  # stopped by a signal: no next cell
+                return EXIT_PREEMPTED
+    except (_Stop, KeyboardInterrupt):
+        return EXIT_PREEMPTED
     return EXIT_OK
 
 
 def main(argv: list[str]) -> int:
+    die_with_parent()
     if argv == ["--serve"]:
         return serve()
+    if argv[:1] == ["--exec"] and len(argv) > 1:  # torchrun, told to die with the grid first
+        os.execvp(argv[1], argv[1:])
     if len(argv) != 1:
-        sys.exit("usage: python -m vitscale.grid.cellrun RUN_DIR | --serve")
+        sys.exit("usage: python -m vitscale.grid.cellrun RUN_DIR | --serve | --exec COMMAND...")
     try:
         return run_cell(argv[0])
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 from ..models.names import parse
@@ -21,16 +22,52 @@ def _dataset_size(grid: Grid, cell) -> int | None:
     return known_size(cell.config.data.dataset, root=cell.config.data.root)
 
 
-def _validate_for_running(grid: Grid, profile: Profile | None) -> None:
-    """Checks that need the datasets and the cluster: one message per problem."""
-    from ..data import check_available
+def _processes_for(grid: Grid, cell, profile: Profile | None, processes: int | None) -> int | None:
+    """How many processes will share the cell's batch: ``--processes`` on the local
+    executor, the cell's tasks on a SLURM profile, None when not known."""
+    if profile is not None:
+        from .slurm import SlurmError, shape_for
+
+        try:
+            shape = shape_for(grid.resources_for(cell), profile)
+        except SlurmError:  # reported by the profile's checks
+            return None
+        return shape.nodes * shape.tasks_per_node
+    return processes
+
+
+def _preflight(grid: Grid, profile: Profile | None, processes: int | None) -> list[str]:
+    """Every cell against its dataset's size and its launch (vitscale.preflight), before
+    anything runs: returns the problems; prints the notes, once each."""
+    from ..preflight import dataset_size, preflight
 
     problems: list[str] = []
+    notes: list[str] = []
+    for cell in grid.cells:
+        check = preflight(
+            cell.config,
+            dataset_size=dataset_size(cell.config),
+            num_processes=_processes_for(grid, cell, profile, processes),
+        )
+        where = f"{grid.path}: block {cell.block!r}: "
+        problems += [where + p for p in check.problems if where + p not in problems]
+        notes += [n for n in check.notes if n not in notes]
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    return problems
+
+
+def _validate_for_running(grid: Grid, profile: Profile | None, problems: list[str]) -> None:
+    """Checks that need the datasets and the cluster, after ``problems`` (the preflight's,
+    which covers the subsets' sizes): one message per problem."""
+    from ..data import check_available
+
+    problems = list(problems)
     seen: set[str] = set()
     for cell in grid.cells:
         where = f"{grid.path}: block {cell.block!r}"
         d, e = cell.config.data, cell.config.eval
-        checks = [("data", d.dataset, d.subset)]
+        checks = [("data", d.dataset, None)]
         checks += [("eval.fewshot", name, None) for name in e.fewshot.datasets]
         checks += [("eval.finetune", name, None) for name in e.finetune.datasets]
         for key, name, subset in checks:
@@ -218,25 +255,44 @@ def grid(
     profile_path: str | None,
     overrides: list[str] = (),
     wait: bool = False,
+    stop_timeout: float | None = None,
 ) -> int:
-    g = load_grid(path, overrides=list(overrides))
+    for flag, value in (("--workers", workers), ("--processes", processes)):
+        if value < 1:
+            raise ValueError(f"{flag} must be at least 1, got {value}")
+    if stop_timeout is not None and not 0 <= stop_timeout < float("inf"):
+        raise ValueError(f"--stop-timeout must be a number of seconds >= 0, got {stop_timeout}")
     profile = load_profile(profile_path) if profile_path else None
+    launch = processes if executor == "local" else None  # on SLURM: the cell's resources
+    g = load_grid(path, overrides=list(overrides), num_processes=launch)
+    problems = _preflight(g, profile if executor == "slurm" else None, launch)
     if dry_run:
+        if problems:
+            raise GridError(problems)
         return print_dry_run(g, runs_root, profile, as_json=as_json)
     if executor == "slurm" and profile is None:
         raise ValueError("--executor slurm needs --profile slurm/profiles/NAME.yaml")
-    _validate_for_running(g, profile)
+    _validate_for_running(g, profile, problems)
     if profile is not None:  # micro-batches that fit the profile's GPUs where the grid gives none
         fits = fit_grid(g, profile)
         if problems := [p for f in fits for p in f.problems]:
             raise GridError(problems)
         apply(fits)
     if executor == "local":
-        from .local import run_local
+        from .local import DEFAULT_STOP_TIMEOUT, Interrupted, run_local
 
         planned = plan(g, runs_root)
         _print_plan(planned)
-        codes = run_local(planned, workers=workers, processes=processes)
+        try:
+            codes = run_local(
+                planned,
+                workers=workers,
+                processes=processes,
+                stop_timeout=DEFAULT_STOP_TIMEOUT if stop_timeout is None else stop_timeout,
+            )
+        except Interrupted as e:
+            print(f"{e}; `vitscale status {runs_root / g.name}` for details", file=sys.stderr)
+            return e.exit_code
         failed = [cid for cid, code in codes.items() if code not in (0, 75)]
         print(
             f"{len(codes)} cells run, {len(failed)} failed; `vitscale status {runs_root / g.name}` for details"

@@ -6,35 +6,65 @@ paid once per worker, not once per cell; a cell with ``processes > 1`` runs unde
 ``torchrun``. Every cell's output is appended to ``RUN_DIR/log.txt``. The cores are split
 evenly between the workers (``OMP_NUM_THREADS``), and so are the GPUs: worker ``i`` sees
 only its own ``processes`` of them (``CUDA_VISIBLE_DEVICES``), so two cells never share
-``cuda:0``. Ctrl-C sends SIGTERM to the running cells, which checkpoint and stop; run the
-grid again to resume.
+``cuda:0``.
+
+Interrupts (Ctrl-C, or SIGINT, SIGTERM or SIGHUP sent to the grid process): no further
+cell starts, every running cell is sent SIGTERM, checkpoints at its next step and stops,
+and the grid waits for them, saying so, for at most ``stop_timeout`` seconds (then, or at
+a second interrupt, the workers are killed: a cell then resumes from its last periodic
+checkpoint, since a checkpoint is published whole or not at all). The grid then raises
+:class:`Interrupted`, which the CLI turns into exit code 128 + the signal (130 for Ctrl-C,
+143 for SIGTERM). Running the same command again resumes the stopped cells and runs the
+rest. Workers live in sessions of their own (a terminal's Ctrl-C reaches the grid only,
+which stops them in order) and never outlive the grid, however it ends
+(:func:`vitscale.grid.cellrun.die_with_parent`).
+
+A worker that dies while the grid runs (killed, out of memory) fails its cell only: the
+reason goes into the cell's ``result.json`` (``vitscale status`` shows it), the next cell
+gets a fresh worker, and a rerun retries the cell from its last checkpoint.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
 import subprocess
 import sys
 import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
 
+from .. import runfolder as rf
 from ..runfolder import LOG
-from .cellrun import EXIT_OK, EXIT_PREEMPTED
+from .cellrun import EXIT_OK, EXIT_PREEMPTED, PARENT_ENV
 from .plan import Planned, prepare
 
-__all__ = ["LOG", "cell_command", "run_local", "visible_gpus", "gpu_groups"]
+__all__ = [
+    "LOG",
+    "DEFAULT_STOP_TIMEOUT",
+    "Interrupted",
+    "cell_command",
+    "run_local",
+    "visible_gpus",
+    "gpu_groups",
+]
 
-_SERVE = [sys.executable, "-m", "vitscale.grid.cellrun", "--serve"]
+_CELLRUN = [sys.executable, "-m", "vitscale.grid.cellrun"]
+_SERVE = [*_CELLRUN, "--serve"]
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+DEFAULT_STOP_TIMEOUT = 300.0  # seconds the cells get to finish their step and checkpoint
+_REMIND_EVERY = 15.0  # seconds between "still waiting" lines
 
 
 def cell_command(run_dir: Path, *, processes: int) -> list[str]:
     """The command that trains one cell in its own process(es)."""
     if processes == 1:
-        return [sys.executable, "-m", "vitscale.grid.cellrun", str(run_dir)]
+        return [*_CELLRUN, str(run_dir)]
     return [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
         "-m", "vitscale.grid.cellrun", str(run_dir),
@@ -63,44 +93,143 @@ def gpu_groups(gpus: list[str], *, workers: int, processes: int) -> list[list[st
     return [gpus[i * processes : (i + 1) * processes] for i in range(workers)]
 
 
+@dataclass
+class Interrupted(Exception):
+    """The grid was stopped by a signal; every cell it ran is resumable."""
+
+    signum: int
+    stopped: list[str] = field(default_factory=list)  # cells that checkpointed and stopped
+    killed: list[str] = field(default_factory=list)  # cells stopped at once (SIGKILL)
+    not_started: int = 0
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+    def __str__(self) -> str:
+        name = signal.Signals(self.signum).name
+        parts = [f"{len(self.stopped)} cell(s) checkpointed and stopped"]
+        if self.killed:
+            parts.append(
+                f"{len(self.killed)} stopped at once ({', '.join(self.killed)}: they resume "
+                "from their last periodic checkpoint)"
+            )
+        parts.append(f"{self.not_started} not started")
+        return f"interrupted by {name}: {', '.join(parts)}; run the same command again to resume"
+
+
 class _Worker:
     """One cell at a time: in a persistent ``--serve`` process, or a process of its own."""
 
     def __init__(self, env: dict[str, str], processes: int) -> None:
         self.env, self.processes = env, processes
         self.proc: subprocess.Popen | None = None
+        self.cell: Planned | None = None  # the cell it is running
 
-    def run(self, run_dir: Path) -> int:
+    def start(self, item: Planned) -> None:
+        """Hand ``item`` to the worker (starting its process if it has none)."""
+        self.cell = item
+        env = self.env | {PARENT_ENV: str(os.getpid())}
         if self.processes > 1:
-            with open(run_dir / LOG, "a") as log:
+            with open(item.run_dir / LOG, "a") as log:
                 self.proc = subprocess.Popen(
-                    cell_command(run_dir, processes=self.processes), stdout=log,
-                    stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
+                    [*_CELLRUN, "--exec", *cell_command(item.run_dir, processes=self.processes)],
+                    stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
                 )  # fmt: skip
-                return self.proc.wait()
+            return
         if self.proc is None or self.proc.poll() is not None:
             self.proc = subprocess.Popen(
-                _SERVE, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self.env, text=True,
+                _SERVE, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
                 bufsize=1, start_new_session=True,
             )  # fmt: skip
-        self.proc.stdin.write(f"{run_dir}\n")
+        with contextlib.suppress(BrokenPipeError):  # it died: wait() says how
+            self.proc.stdin.write(f"{item.run_dir}\n")
+            self.proc.stdin.flush()
+
+    def wait(self) -> tuple[int, str]:
+        """The cell's exit code and reason; a negative code: its process died of a signal."""
+        if self.processes > 1:
+            return self.proc.wait(), ""
         answer = self.proc.stdout.readline()
         if not answer:  # the worker died (killed, out of memory): its exit code stands for the cell
-            return self.proc.wait()
-        return int(answer)
+            return self.proc.wait(), ""
+        code, _, reason = answer.rstrip("\n").partition("\t")
+        return int(code), reason
 
-    def stop(self, signum: int | None = None) -> None:
+    def signal(self, signum: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signum)
+
+    def close(self) -> None:
+        """End the worker's process: a serving worker exits at the end of its input."""
         if self.proc is None or self.proc.poll() is not None:
             return
-        if signum is not None:
-            os.killpg(self.proc.pid, signum)
-        elif self.proc.stdin:
-            self.proc.stdin.close()  # a serving worker exits at the end of its input
+        if self.proc.stdin:
+            with contextlib.suppress(BrokenPipeError):
+                self.proc.stdin.close()
         self.proc.wait()
 
 
-def run_local(planned: list[Planned], *, workers: int = 1, processes: int = 1) -> dict[str, int]:
-    """Run every ``submit`` cell; returns ``{cell id: exit code}``."""
+class _Interrupts:
+    """Counts SIGINT / SIGTERM / SIGHUP while the grid runs (main thread only); a signal
+    ignored when the grid started (``nohup``) stays ignored."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._previous: dict[int, object] = {}
+
+    def _handler(self, signum, frame) -> None:
+        self.received.append(signum)
+
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            for sig in INTERRUPTS:
+                if signal.getsignal(sig) != signal.SIG_IGN:
+                    self._previous[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+
+def _describe_death(code: int) -> str:
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    hint = " (the kernel's out-of-memory killer sends it too: see `dmesg`)" if code == -9 else ""
+    return f"the process running this cell was killed by {name}{hint}"
+
+
+def _record_failure(item: Planned, reason: str) -> None:
+    """Write a failed result.json for a cell whose process could not write one itself."""
+    path = item.run_dir / rf.RESULT
+    try:
+        if path.is_file() and rf.read_json(path).get("status") == rf.STATUS_FAILED:
+            return  # the trainer recorded its own failure
+        config = rf.read_json(item.run_dir / rf.CONFIG)
+        last = None
+        if (item.run_dir / rf.METRICS).is_file():
+            steps = [r[rf.STEP] for r in rf.iter_metrics(item.run_dir / rf.METRICS)]
+            last = max(steps, default=None)
+        failed_step = None if last is None else last + 1
+        result = rf.failure_result(config, error=reason, failed_step=failed_step)
+        rf.write_json_atomic(path, result)
+    except (OSError, ValueError):  # a full disk: the grid's own output still says it
+        pass
+
+
+def run_local(
+    planned: list[Planned],
+    *,
+    workers: int = 1,
+    processes: int = 1,
+    stop_timeout: float = DEFAULT_STOP_TIMEOUT,
+) -> dict[str, int]:
+    """Run every ``submit`` cell; returns ``{cell id: exit code}``. Raises
+    :class:`Interrupted` after an interrupt, once every worker has ended."""
     todo = [p for p in planned if p.action == "submit"]
     if workers < 1 or processes < 1:
         raise ValueError(f"workers and processes must be at least 1, got {workers} and {processes}")
@@ -111,43 +240,119 @@ def run_local(planned: list[Planned], *, workers: int = 1, processes: int = 1) -
     pending: queue.Queue[Planned] = queue.Queue()
     for item in todo:
         pending.put(item)
+    lock = threading.Lock()  # between handing out a cell and stopping
     stopping = threading.Event()
     codes: dict[str, int] = {}
+    stopped: list[str] = []
     pool = [
         _Worker(env | ({"CUDA_VISIBLE_DEVICES": ",".join(groups[i])} if groups else {}), processes)
         for i in range(workers)
     ]
     bar = tqdm(total=len(todo), desc="cells", unit="cell", disable=not todo)
 
+    def label(item: Planned) -> str:
+        return f"{item.cell.id} ({item.cell.config.model.name})"
+
     def work(worker: _Worker) -> None:
-        while not stopping.is_set():
-            try:
-                item = pending.get_nowait()
-            except queue.Empty:
-                return
-            prepare(item)
-            code = worker.run(item.run_dir)
-            codes[item.cell.id] = code
-            if code not in (EXIT_OK, EXIT_PREEMPTED):
-                tqdm.write(
-                    f"{item.cell.id} ({item.cell.config.model.name}) failed: see {item.run_dir / LOG}"
-                )
-            bar.update()
+        try:
+            while True:
+                with lock:
+                    if stopping.is_set():
+                        return
+                    try:
+                        item = pending.get_nowait()
+                    except queue.Empty:
+                        return
+                    try:
+                        prepare(item)
+                        worker.start(item)
+                    except OSError as e:  # its run folder cannot be written (a full disk)
+                        codes[item.cell.id] = 1
+                        tqdm.write(f"{label(item)} failed: {rf.describe_failure(e)}")
+                        bar.update()
+                        continue
+                code, reason = worker.wait()
+                with lock:
+                    worker.cell = None
+                    interrupted = stopping.is_set()
+                    codes[item.cell.id] = code
+                    if code == EXIT_PREEMPTED or (interrupted and code < 0):
+                        stopped.append(item.cell.id)
+                if code == EXIT_PREEMPTED or (interrupted and code < 0):
+                    if not interrupted:  # someone else signalled the cell
+                        tqdm.write(f"{label(item)} stopped: {reason or 'by a signal'}")
+                    continue  # not finished: the bar does not count it
+                if code != EXIT_OK:
+                    if code < 0:
+                        reason = _describe_death(code)
+                        _record_failure(item, reason)
+                    elif reason:
+                        _record_failure(item, reason)
+                    tqdm.write(
+                        f"{label(item)} failed: {reason or 'see its log'}; log: {item.run_dir / LOG}"
+                    )
+                bar.update()
+        finally:
+            worker.close()
+
+    def busy() -> list[_Worker]:
+        return [w for w in pool if w.cell is not None]
 
     threads_ = [threading.Thread(target=work, args=(w,), daemon=True) for w in pool]
-    try:
-        for t in threads_:
-            t.start()
-        for t in threads_:
-            while t.is_alive():
-                t.join(timeout=0.5)  # short joins: Ctrl-C reaches the main thread
-    except KeyboardInterrupt:
-        stopping.set()
-        for w in pool:  # the cells checkpoint on SIGTERM and exit
-            w.stop(signal.SIGTERM)
-        raise
-    finally:
-        for w in pool:
-            w.stop()
-        bar.close()
+    killed: list[str] = []
+    with _Interrupts() as interrupts:
+        try:
+            for t in threads_:
+                t.start()
+            deadline = reminded = 0.0
+            at_once = False  # the workers were killed
+            while any(t.is_alive() for t in threads_):
+                for t in threads_:
+                    t.join(timeout=0.2)
+                if interrupts.received and not stopping.is_set():
+                    with lock:
+                        stopping.set()
+                        running = busy()
+                        for w in running:
+                            w.signal(signal.SIGTERM)  # the trainer checkpoints on it
+                    name = signal.Signals(interrupts.received[0]).name
+                    tqdm.write(
+                        f"{name}: no new cells; waiting up to {stop_timeout:.0f} s for "
+                        f"{len(running)} running cell(s) to checkpoint and stop "
+                        "(Ctrl-C again to stop them at once)"
+                    )
+                    reminded = time.monotonic()
+                    deadline = reminded + stop_timeout
+                if not stopping.is_set() or at_once:
+                    continue
+                now = time.monotonic()
+                if len(interrupts.received) > 1 or now > deadline:
+                    with lock:
+                        running = busy()
+                        killed += [w.cell.cell.id for w in running]
+                        for w in running:
+                            w.signal(signal.SIGKILL)
+                    why = (
+                        "a second interrupt"
+                        if len(interrupts.received) > 1
+                        else f"no stop within {stop_timeout:.0f} s"
+                    )
+                    tqdm.write(f"{why}: {len(running)} cell(s) stopped at once")
+                    at_once = True
+                elif now - reminded >= _REMIND_EVERY:
+                    reminded = now
+                    names = ", ".join(label(w.cell) for w in busy() if w.cell)
+                    tqdm.write(
+                        f"still waiting for {names} to checkpoint ({deadline - now:.0f} s left; "
+                        "Ctrl-C again to stop at once)"
+                    )
+        finally:
+            bar.close()
+    if stopping.is_set():
+        raise Interrupted(
+            interrupts.received[0],
+            stopped=[c for c in stopped if c not in killed],
+            killed=killed,
+            not_started=pending.qsize(),
+        )
     return codes

@@ -112,7 +112,9 @@ def load_profile(path: str | Path) -> Profile:
         )
         hint = f"; profiles there: {', '.join(available)}" if available else ""
         raise ValueError(f"cluster profile not found: {path}{hint}")
-    raw = yaml_load(path.read_text()) or {}
+    raw = yaml_load(path.read_text(), source=str(path)) or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: the top level must be a mapping of profile keys")
     valid = [f.name for f in fields(Profile) if f.name != "name"]
     problems = []
     for key in raw:

@@ -39,8 +39,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..config import Config, ConfigError, cell_id, resolve, set_key, yaml_load
 
 TOP_KEYS = ("name", "description", "base", "axes", "blocks", "retries", "resources")
@@ -141,9 +139,9 @@ def load_grid(
     if not path.is_file():
         raise GridError([f"{path}: grid file not found"])
     try:
-        raw = yaml_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise GridError([f"{path}: not valid YAML: {e}"]) from None
+        raw = yaml_load(path.read_text(), source=str(path)) or {}
+    except ConfigError as e:
+        raise GridError([str(e)]) from None
     if not isinstance(raw, dict):
         raise GridError(
             [f"{path}: the top level must be a mapping (name, base, axes, blocks, ...)"]

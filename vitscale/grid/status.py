@@ -39,9 +39,18 @@ def _mean_best(best: dict[str, float], shots: int) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def _section(config: dict, name: str) -> dict:
+    """A section of a config.json, empty where it has none (a folder from an older
+    version, or edited by hand): status shows what it can of any run folder."""
+    value = config.get(name)
+    return value if isinstance(value, dict) else {}
+
+
 def cell_row(run_dir: Path, *, shots: int = 5, job_state=None) -> CellRow:
     state = cell_state(run_dir)
     config = rf.read_json(run_dir / rf.CONFIG)
+    if not isinstance(config, dict):
+        raise RunFolderError(run_dir, f"{rf.CONFIG} is not a JSON object")
     status, note = state.status, state.error or ""
     if status in (STATUS_RUNNING, STATUS_PENDING):
         scheduler = job_state(run_dir) if job_state else None
@@ -50,13 +59,13 @@ def cell_row(run_dir: Path, *, shots: int = 5, job_state=None) -> CellRow:
         elif scheduler:
             status = STATUS_RUNNING if scheduler in ("RUNNING", "COMPLETING") else STATUS_PENDING
             note = f"SLURM {scheduler}"
-        elif state.last_step:
-            status, note = (
-                STATUS_PENDING,
-                f"interrupted; resumes from its checkpoint (step {state.last_step})",
-            )
         else:
             status = STATUS_PENDING
+            if checkpoints := rf.complete_checkpoints(run_dir / rf.CHECKPOINTS):
+                step = rf.checkpoint_step(checkpoints[-1])
+                note = f"interrupted; resumes from its checkpoint (step {step})"
+            elif state.last_step is not None:
+                note = "interrupted before its first checkpoint; starts over"
     queued = ("PENDING", "RUNNING", "REQUEUED")
     if (
         status == rf.STATUS_FAILED
@@ -66,13 +75,13 @@ def cell_row(run_dir: Path, *, shots: int = 5, job_state=None) -> CellRow:
     ):
         status, note = STATUS_PENDING, f"retry queued (SLURM {scheduler}); last error: {note}"
     return CellRow(
-        grid=config.get("grid") or run_dir.parent.name,
+        grid=str(config.get("grid") or run_dir.parent.name),
         cell_id=run_dir.name,
-        model=config["model"]["name"],
-        subset=str(config["data"].get("subset")),
+        model=str(_section(config, "model").get("name") or "?"),
+        subset=str(_section(config, "data").get("subset")),
         status=status,
         last_step=state.last_step,
-        total_steps=config["train"].get("total_steps"),
+        total_steps=_section(config, "train").get("total_steps"),
         best_fewshot=_mean_best(state.best, shots),
         note=note,
     )

@@ -2,6 +2,7 @@
 
 Layout under ``<run>/checkpoints/``::
 
+    step_000001000/          the complete checkpoint before the latest: the fallback
     step_000001200/          the latest complete checkpoint
         state.pt             model, optimiser, scheduler, step, progress (rank 0)
         rng_rank0.pt ...     every RNG of every process (torch, CUDA, numpy, python)
@@ -11,6 +12,16 @@ A checkpoint folder gets its final name only after every process has written and
 fsynced its files, so a kill at any moment leaves the previous checkpoint intact and a
 partial one is never mistaken for a complete one. Files load with
 ``torch.load(..., weights_only=True)``: no pickled code runs on resume.
+
+A published checkpoint can still go bad afterwards: a copy of the run folder cut short,
+a disk or network filesystem that lost a write. Resuming therefore first reads every
+file back against the checksums its zip container carries (:func:`verify`; torch itself
+loads flipped bytes without a word) and falls back to the checkpoint before when the
+latest fails (:func:`resumable`), so two complete checkpoints are kept while a run
+trains. The older one is removed just before a new one is written, so the disk never
+holds more than two (one of them partial), as with one kept; a finished run keeps only
+its last (:func:`prune`). A full disk while writing removes the partial checkpoint and
+raises :class:`~vitscale.runfolder.DiskFullError` naming what was kept.
 """
 
 from __future__ import annotations
@@ -18,15 +29,23 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-PREFIX = "step_"
+from .. import runfolder as rf
+
+PREFIX = rf.CHECKPOINT_PREFIX
 TMP_PREFIX = ".tmp-"
-STATE = "state.pt"
+STATE = rf.CHECKPOINT_STATE
+complete = rf.complete_checkpoints  # the published checkpoints, oldest first
+
+
+class CheckpointError(RuntimeError):
+    """No checkpoint of a run can be read back; the message names the files."""
 
 
 def _name(step: int) -> str:
@@ -35,14 +54,51 @@ def _name(step: int) -> str:
 
 def latest(directory: Path) -> Path | None:
     """The complete checkpoint with the highest step, or None."""
+    found = complete(directory)
+    return found[-1] if found else None
+
+
+def verify(path: Path) -> str | None:
+    """None when every file of the checkpoint at ``path`` reads back whole, else what is
+    wrong with the first that does not (a truncated file, a checksum that fails)."""
+    for f in sorted(path.glob("*.pt")):
+        try:
+            with zipfile.ZipFile(f) as archive:
+                bad = archive.testzip()
+        except Exception as e:  # noqa: BLE001 - any way a zip container can be broken
+            return f"{f} cannot be read ({type(e).__name__}: {e})"
+        if bad is not None:
+            return f"{f} is corrupted ({bad} fails its checksum)"
+    return None
+
+
+def resumable(directory: Path) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint that reads back whole (None when there is none at all), and
+    what was wrong with the newer ones skipped. Raises :class:`CheckpointError` when
+    checkpoints exist but none reads back."""
+    problems = []
+    for path in reversed(complete(directory)):
+        problem = verify(path)
+        if problem is None:
+            return path, problems
+        problems.append(problem)
+    if problems:
+        raise CheckpointError(
+            f"no checkpoint of this run can be read back: {'; '.join(problems)}; "
+            f"delete {directory} to train the cell from the start"
+        )
+    return None, []
+
+
+def prune(directory: Path, *, keep: int) -> None:
+    """Remove all but the newest ``keep`` complete checkpoints (and partial ones)."""
     if not directory.is_dir():
-        return None
-    complete = [
-        p
-        for p in directory.iterdir()
-        if p.is_dir() and p.name.startswith(PREFIX) and (p / STATE).is_file()
-    ]
-    return max(complete, key=lambda p: int(p.name[len(PREFIX) :]), default=None)
+        return
+    for stale in directory.glob(f"{TMP_PREFIX}{PREFIX}*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    found = complete(directory)
+    for old in found[: max(0, len(found) - keep)]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def rng_state() -> dict[str, Any]:
@@ -102,11 +158,39 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+class _Writes:
+    """A file torch.save writes through, keeping the OSError behind a failed write:
+    torch reports a full disk only as "unexpected pos"."""
+
+    def __init__(self, fh) -> None:
+        self.fh, self.error = fh, None
+
+    def write(self, data) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
 def _save(obj: Any, path: Path) -> None:
-    with open(path, "wb") as fh:
-        torch.save(obj, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with open(path, "wb") as fh:
+            out = _Writes(fh)
+            try:
+                torch.save(obj, out)
+            except RuntimeError:
+                if out.error is None:
+                    raise
+                raise out.error from None
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as e:
+        e.filename = e.filename or str(path)
+        raise
 
 
 def save(
@@ -115,29 +199,40 @@ def save(
     """Write a checkpoint for ``step`` from every process; rank 0 publishes it.
 
     ``state`` (model, optimiser, ...) is written by rank 0 only (it is replicated);
-    every rank writes its own RNG state. ``barrier()`` synchronises the processes.
+    every rank writes its own RNG state. ``barrier()`` synchronises the processes. The
+    latest complete checkpoint before this one is kept (the fallback), older ones go first.
     """
     final = directory / _name(step)
     tmp = directory / f"{TMP_PREFIX}{_name(step)}"
-    if rank == 0:
-        directory.mkdir(parents=True, exist_ok=True)
-        for stale in directory.glob(f"{TMP_PREFIX}*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        tmp.mkdir()
-    barrier()
-    _save(rng_state(), tmp / f"rng_rank{rank}.pt")
-    barrier()
-    if rank == 0:
-        _save({**state, "num_processes": num_processes}, tmp / STATE)
-        _fsync_dir(tmp)
-        if final.exists():  # this step is already published (resumed, then signalled at once)
-            shutil.rmtree(tmp)
-        else:
+    if final.exists():  # this step is published already (a stop signal at a periodic step)
+        return final
+    previous = latest(directory)
+    try:
+        if rank == 0:
+            directory.mkdir(parents=True, exist_ok=True)
+            prune(directory, keep=1)
+            tmp.mkdir()
+        barrier()
+        _save(rng_state(), tmp / f"rng_rank{rank}.pt")
+        barrier()
+        if rank == 0:
+            _save({**state, "num_processes": num_processes}, tmp / STATE)
+            _fsync_dir(tmp)
             os.rename(tmp, final)
-        _fsync_dir(directory)
-        for old in directory.iterdir():
-            if old.is_dir() and old.name.startswith(PREFIX) and old != final:
-                shutil.rmtree(old, ignore_errors=True)
+            _fsync_dir(directory)
+    except OSError as e:
+        if not rf.is_disk_full(e):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)  # the partial checkpoint: its room back
+        kept = (
+            f"the previous checkpoint ({previous}) is kept: free space and run again to "
+            "resume from it"
+            if previous is not None and previous != final
+            else "no earlier checkpoint: free space and run again to start the cell over"
+        )
+        raise rf.DiskFullError(
+            rf.disk_full_message(e, what=f"checkpoint {final} ({e.filename})", kept=kept)
+        ) from e
     barrier()
     return final
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,10 +30,11 @@ import torch.nn.functional as F
 
 from .. import flops
 from .. import runfolder as rf
-from ..config import Config, ConfigError, cell_id, resolve, to_steps
-from ..data import build_dataset, build_loader
+from ..config import Config, ConfigError, cell_id, length_checks, resolve, to_steps
+from ..data import DatasetFormatError, DatasetNotFoundError, build_dataset, build_loader
 from ..evals.transfer import TransferEvaluator
 from ..models import create_model
+from ..preflight import dataset_size, preflight
 from ..published import published_compute
 from ..tracking import Tracker
 from . import checkpoint, finetune_progress
@@ -103,18 +105,25 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
 
     # 2. Data -------------------------------------------------------------------------
     d = cfg.data
-    train_set = build_dataset(
-        d.dataset,
-        "train",
-        root=d.root,
-        image_size=d.image_size,
-        subset=d.subset,
-        seed=cfg.seed,
-        download=d.download,
-        class_balanced=d.class_balanced,
-        shuffle_shards=d.shuffle_shards,
-        skip_bad_samples=d.skip_bad_samples,
-    )
+    if problems := preflight(cfg, dataset_size=dataset_size(cfg)).problems:
+        raise ConfigError(problems)  # before building anything: a subset the set cannot hold
+    try:
+        train_set = build_dataset(
+            d.dataset,
+            "train",
+            root=d.root,
+            image_size=d.image_size,
+            subset=d.subset,
+            seed=cfg.seed,
+            download=d.download,
+            class_balanced=d.class_balanced,
+            shuffle_shards=d.shuffle_shards,
+            skip_bad_samples=d.skip_bad_samples,
+        )
+    except (DatasetNotFoundError, DatasetFormatError):
+        raise
+    except ValueError as e:  # a folder source's size is known only now
+        raise ConfigError([f"data: {e}"]) from None
     num_examples = len(train_set)
     total_steps = to_steps(
         steps=cfg.train.steps,
@@ -123,6 +132,11 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
         batch_size=cfg.train.batch_size,
         num_examples=num_examples,
     )
+    problems, notes = length_checks(cfg, total_steps)
+    if problems:
+        raise ConfigError(problems)
+    for note in notes:
+        accelerator.print(f"note: {note}")
     loss_kind = cfg.train.loss
     if train_set.multilabel and loss_kind == "softmax":
         raise ConfigError([f"train.loss: {d.dataset} is multi-label; use 'sigmoid'"])
@@ -138,7 +152,7 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
     if is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         _check_same_run(run_dir, cid)
-        rf.write_json_atomic(run_dir / rf.CONFIG, resolved)
+        rf.write_json_if_changed(run_dir / rf.CONFIG, resolved)
 
     # 3. Model and optimiser ----------------------------------------------------------
     name = cfg.model.name
@@ -202,8 +216,19 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
         "skipped_samples": 0,  # bad examples replaced (data.skip_bad_samples), all processes
         "skipped": [],  # which ones, as this process (rank 0) saw them
     }
-    if (latest := checkpoint.latest(ckpt_dir)) is not None:
-        state, rng = checkpoint.load(latest, rank=rank)
+    latest = None
+    try:  # the newest checkpoint that reads back whole: a corrupted latest falls back
+        latest, skipped = checkpoint.resumable(ckpt_dir)
+        state, rng = checkpoint.load(latest, rank=rank) if latest else (None, None)
+    except Exception as e:  # noqa: BLE001 - none can be read: the cell fails, saying which
+        error = str(e) if isinstance(e, checkpoint.CheckpointError) else f"{latest}: {e}"
+        if is_main:
+            failed = rf.failure_result(resolved, error=error, failed_step=None)
+            rf.write_json_atomic(run_dir / rf.RESULT, failed)
+        raise checkpoint.CheckpointError(error) from None
+    for problem in skipped:
+        accelerator.print(f"skipped a checkpoint that cannot be resumed from: {problem}")
+    if latest is not None:
         unwrapped.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
@@ -313,8 +338,25 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
             "published": published.as_dict() if published else None,
         }
         if is_main:
-            rf.write_json_atomic(run_dir / rf.RESULT, result)
+            try:
+                rf.write_json_atomic(run_dir / rf.RESULT, result)
+            except OSError as e:
+                tracker.close(failed=True)
+                if status != rf.STATUS_DONE:  # the failure being recorded is the news
+                    print(f"{cid}: could not write {rf.RESULT}: {e}", file=sys.stderr)
+                    return result
+                if not rf.is_disk_full(e):
+                    raise
+                raise rf.DiskFullError(
+                    rf.disk_full_message(
+                        e,
+                        kept="training is complete and its last checkpoint is kept: free "
+                        "space and run again to write the result",
+                    )
+                ) from e
             tracker.summary(result)
+            if status == rf.STATUS_DONE:  # the fallback checkpoint is no longer needed
+                checkpoint.prune(ckpt_dir, keep=1)
         tracker.close(failed=status != rf.STATUS_DONE)
         return result
 
@@ -466,18 +508,16 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
         )
         with watch("finetune"):
             tuned = evaluator.finetune(unwrapped, pretrain_image_size=d.image_size, progress=tuning)
-    except Preempted:
+    except (Preempted, KeyboardInterrupt):  # stopped (a second Ctrl-C: at once): resumable
         tracker.close()
         raise
     except TrainingFailed as e:
         return finish(rf.STATUS_FAILED, error=str(e), failed_step=e.step, final=final_metrics)
     except BaseException as e:
-        finish(
-            rf.STATUS_FAILED,
-            error=f"{type(e).__name__}: {e}",
-            failed_step=step + 1,
-            final=final_metrics,
-        )
+        error = rf.describe_failure(e)
+        finish(rf.STATUS_FAILED, error=error, failed_step=step + 1, final=final_metrics)
+        if rf.is_disk_full(e):  # said in plain words wherever it is reported
+            raise rf.DiskFullError(error) from e
         raise
     if tuned:
         final_metrics |= {rf.finetune_key(ds): acc for ds, acc in tuned.items()}

@@ -1,6 +1,13 @@
-"""Preemption signals: SIGUSR1 (SLURM's ``--signal`` before a time limit or preemption)
-and SIGTERM (what SLURM sends at the limit). The handler only raises a flag; the training
-loop checkpoints at the next step boundary, where the state is consistent, and stops.
+"""Stop signals: SIGUSR1 (SLURM's ``--signal`` before a time limit or preemption),
+SIGTERM (what SLURM sends at the limit, and what the local executor forwards when it is
+interrupted) and SIGINT (Ctrl-C). The handler only raises a flag; the training loop
+checkpoints at the next step boundary, where the state is consistent, and stops.
+
+A second Ctrl-C stops at once (``KeyboardInterrupt``): nothing is written, the last
+complete checkpoint stays what a rerun resumes from. "Second" means at least
+:data:`SECOND_INTERRUPT_S` after the first: ``torchrun`` forwards the terminal's SIGINT to
+its workers, which therefore see one Ctrl-C twice within milliseconds. A SIGINT that was
+ignored when the process started (``nohup``, a background job) stays ignored.
 
 The processes of a run must stop at the same step, so after every step they agree on the
 flag (:meth:`PreemptionFlag.agreed`): a sum of one number over a gloo group, on the CPU,
@@ -14,8 +21,11 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 
-from ..data.workers import PREEMPTION_SIGNALS
+from ..data.workers import STOP_SIGNALS
+
+SECOND_INTERRUPT_S = 1.0
 
 
 def agreement_group():
@@ -32,11 +42,12 @@ def agreement_group():
 
 
 class PreemptionFlag:
-    """Context manager: ``flag.requested`` turns True after SIGUSR1 or SIGTERM."""
+    """Context manager: ``flag.requested`` turns True after SIGUSR1, SIGTERM or SIGINT."""
 
     def __init__(self) -> None:
         self.requested = False
         self.signal_name: str | None = None
+        self._interrupted_at: float | None = None  # the first SIGINT's time
         self._previous: dict[int, object] = {}
 
     def agreed(self, group=None) -> bool:
@@ -52,12 +63,24 @@ class PreemptionFlag:
         return bool(flag.item())
 
     def _handler(self, signum, frame) -> None:
-        self.requested = True
-        self.signal_name = signal.Signals(signum).name
+        if signum == signal.SIGINT:
+            now = time.monotonic()
+            if (
+                self._interrupted_at is not None
+                and now - self._interrupted_at >= SECOND_INTERRUPT_S
+            ):
+                raise KeyboardInterrupt  # the second Ctrl-C: stop at once
+            if self._interrupted_at is None:
+                self._interrupted_at = now
+        if not self.requested:
+            self.requested = True
+            self.signal_name = signal.Signals(signum).name
 
     def __enter__(self) -> PreemptionFlag:
         if threading.current_thread() is threading.main_thread():
-            for sig in PREEMPTION_SIGNALS:
+            for sig in STOP_SIGNALS:
+                if sig == signal.SIGINT and signal.getsignal(sig) == signal.SIG_IGN:
+                    continue  # ignored by whoever started us: leave it so
                 self._previous[sig] = signal.signal(sig, self._handler)
         return self
 

@@ -1,0 +1,87 @@
+"""What can be known about a dataset without reading it, and without torch: the size of
+its train split (the synthetic family, the registry's official sizes, a sharded set's
+index) and what would stop a run on it before it starts. The grid validates every cell
+with these, so ``vitscale grid`` on the synthetic sets never imports torch itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .registry import SOURCES, DatasetNotFoundError, default_root, parse_name
+from .subsets import SubsetSpec, subset_size
+from .vocabulary import TASKS
+
+__all__ = ["known_size", "check_available"]
+
+
+def known_size(name: str, *, root: str | Path | None = None) -> int | None:
+    """Size of the train split when known without reading the data (synthetic tasks and
+    the registry's official sizes); ``None`` for folder sources."""
+    source, _ = parse_name(name)
+    if source in TASKS:
+        return TASKS[source].split_size("train")
+    if source == "shards":
+        from .shardindex import load_index, parse_location, split_shards
+
+        try:
+            folder, pattern = parse_location(name)
+            shards = split_shards(name, load_index(name, folder), "train", pattern)
+        except ValueError:  # no index here (yet): unknown, like a folder source
+            return None
+        return sum(s.nsamples for s in shards)
+    return SOURCES[source].size("train")
+
+
+def check_available(
+    name: str, *, root: str | Path | None = None, subset: SubsetSpec = None, download: bool = False
+) -> list[str]:
+    """Problems that would stop a run on ``name`` before it starts, one message each:
+    an unknown name, a dataset missing from ``root``, a subset larger than the split.
+    Opens no image, so it is cheap enough to call for every cell of a grid."""
+    try:
+        source, path = parse_name(name)
+    except ValueError as e:
+        return [str(e)]
+    if source == "shards":
+        return _check_shards(name, subset)
+    problems = []
+    if source not in TASKS and not download:
+        where = (
+            path if path is not None else Path(root).expanduser() if root else default_root(source)
+        )
+        try:
+            from .sources import check_layout
+
+            check_layout(name, source, where)
+        except DatasetNotFoundError as e:
+            problems.append(str(e))
+    size = known_size(name, root=root)
+    if size is not None and subset is not None:
+        try:
+            subset_size(size, subset)
+        except ValueError as e:
+            problems.append(f"{name}: {e}")
+    return problems
+
+
+_CHECKED: set[tuple[str, str]] = set()  # (name, index digest): shards stat-ed once per process
+
+
+def _check_shards(name: str, subset: SubsetSpec) -> list[str]:
+    """:func:`check_available` for a sharded set: the index, the pattern, the subset, and
+    every train and test shard there with its indexed size (one ``stat`` each, once)."""
+    from .shardindex import check_shards, load_index, parse_location, split_shards
+
+    try:
+        folder, pattern = parse_location(name)
+        index = load_index(name, folder)
+        train = split_shards(name, index, "train", pattern)
+        if subset is not None:
+            subset_size(sum(s.nsamples for s in train), subset)
+        if (name, index.sha256) not in _CHECKED:
+            test = split_shards(name, index, "test", None) if index.test_split() else ()
+            check_shards(name, index, train + test)
+            _CHECKED.add((name, index.sha256))
+    except ValueError as e:
+        return [str(e)]
+    return []
