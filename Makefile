@@ -20,8 +20,21 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -e '.[dev]'
 	touch $(STAMP)
 
+# The suite runs as two pytest processes, one per core: the SLURM and fault-injection tests
+# (real clusters, signals and subprocesses, often waiting) beside all the others; both logs
+# are printed and either failing fails `make test`. With PYTEST_ARGS, one process runs them.
+PARALLEL_GROUP := tests/faults tests/test_slurm_grid.py tests/test_local_cluster.py
 test: $(STAMP) cluster
+ifeq ($(strip $(PYTEST_ARGS)),)
+	@log=$$(mktemp); \
+	$(PY) -m pytest -p no:cacheprovider $(PARALLEL_GROUP) >$$log 2>&1 & group=$$!; \
+	$(PY) -m pytest $(addprefix --ignore=,$(PARALLEL_GROUP)); rest=$$?; \
+	wait $$group; other=$$?; \
+	echo "== $(PARALLEL_GROUP) (run beside the above)"; cat $$log; rm -f $$log; \
+	[ $$rest -eq 0 ] && [ $$other -eq 0 ]
+else
 	$(PY) -m pytest $(PYTEST_ARGS)
+endif
 
 # The local single-node SLURM the `slurm` tests submit to (slurm/local-cluster.sh; idempotent,
 # under a second when it already runs). It needs root; without it the SLURM tests skip.
