@@ -308,9 +308,11 @@ def fig5_cells(frame: pd.DataFrame) -> pd.DataFrame:
     what it buys). Published checkpoints and cells of unknown size are kept."""
     if "num_examples" not in frame.columns or frame.empty:
         return frame
-    keys = frame["pretrain_dataset"] if "pretrain_dataset" in frame.columns else 0
     n = frame["num_examples"]
-    largest = n.groupby(keys).transform("max") if "pretrain_dataset" in frame.columns else n.max()
+    if "pretrain_dataset" in frame.columns:
+        largest = n.groupby(frame["pretrain_dataset"]).transform("max")
+    else:
+        largest = n.max()
     keep = n.isna() | (n == largest)
     if "published" in frame.columns:
         keep |= frame["published"].fillna(False).astype(bool)

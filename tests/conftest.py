@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
+from vitscale import runfolder as rf
 from vitscale.models.names import smallest_resolution
 
 # Real (CPU) forward/backward for models up to this size; larger ones are checked on the
@@ -69,3 +71,23 @@ def tiny_config(**sections) -> dict:
         else:
             config[section] = values
     return config
+
+
+# metrics.jsonl entries that depend on the wall clock: left out when runs are compared
+TIMING_KEYS = {rf.THROUGHPUT, rf.MFU}
+
+
+def rows_of(run_dir: Path) -> list[dict]:
+    """A run's metrics.jsonl rows without the wall-clock-dependent entries."""
+    return [
+        {k: v for k, v in row.items() if k not in TIMING_KEYS}
+        for row in rf.iter_metrics(run_dir / rf.METRICS)
+    ]
+
+
+def weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    """The model weights of a run's latest checkpoint."""
+    from vitscale.train import checkpoint
+
+    latest = checkpoint.latest(run_dir / rf.CHECKPOINTS)
+    return torch.load(latest / checkpoint.STATE, weights_only=True)["model"]

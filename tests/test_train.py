@@ -19,30 +19,15 @@ from vitscale import runfolder as rf
 from vitscale.train import Preempted, checkpoint, loop, train
 from vitscale.train.timing import PHASES
 
-from .conftest import tiny_config
-
-TIMING_KEYS = {rf.THROUGHPUT, rf.MFU}
-
-
-def _rows(run: Path) -> list[dict]:
-    """metrics.jsonl without the wall-clock-dependent entries."""
-    return [
-        {k: v for k, v in row.items() if k not in TIMING_KEYS}
-        for row in rf.iter_metrics(run / rf.METRICS)
-    ]
-
-
-def _weights(run: Path) -> dict[str, torch.Tensor]:
-    latest = checkpoint.latest(run / rf.CHECKPOINTS)
-    return torch.load(latest / checkpoint.STATE, weights_only=True)["model"]
+from .conftest import rows_of, tiny_config, weights
 
 
 def _assert_same_run(a: Path, b: Path) -> None:
-    wa, wb = _weights(a), _weights(b)
+    wa, wb = weights(a), weights(b)
     assert wa.keys() == wb.keys()
     for key in wa:
         assert torch.equal(wa[key], wb[key]), f"{key} differs"
-    assert _rows(a) == _rows(b)
+    assert rows_of(a) == rows_of(b)
     ra, rb = (rf.read_json(p / rf.RESULT) for p in (a, b))
     assert ra["best"] == rb["best"] and ra["steps"] == rb["steps"]
     assert ra["pretrain_exaflops"] == rb["pretrain_exaflops"]
@@ -180,10 +165,10 @@ def test_loader_workers_survive_slurms_signal_and_the_run_resumes_exactly(tmp_pa
     assert [p.name for p in (run / rf.CHECKPOINTS).iterdir()] == ["step_000000003"]
     result = train(config, run)
     assert result["status"] == rf.STATUS_DONE and result["restarts"] == 1
-    wa, wb = _weights(uninterrupted), _weights(run)
+    wa, wb = weights(uninterrupted), weights(run)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
-    logged = {r[rf.STEP]: r for r in _rows(uninterrupted)}
-    ours = _rows(run)
+    logged = {r[rf.STEP]: r for r in rows_of(uninterrupted)}
+    ours = rows_of(run)
     assert [r[rf.STEP] for r in ours] == [4, 6, 8, 12]  # log steps and evaluations
     for row in ours:  # what the uninterrupted run logged at those steps
         assert row.items() <= logged[row[rf.STEP]].items()
@@ -309,7 +294,7 @@ def test_two_cpu_processes_match_one(tmp_path):
     result = rf.read_json(runs[2] / rf.RESULT)
     assert result["num_processes"] == 2  # a silent single-process fallback fails here
     assert result["device_hours"] == pytest.approx(2 * result["wall_clock_s"] / 3600)
-    one, two = _rows(runs[1]), _rows(runs[2])
+    one, two = rows_of(runs[1]), rows_of(runs[2])
     assert [r[rf.STEP] for r in one] == [r[rf.STEP] for r in two]
     for a, b in zip(one, two, strict=True):
         assert a[rf.TRAIN_LOSS] == pytest.approx(b[rf.TRAIN_LOSS], rel=1e-5)
@@ -378,13 +363,14 @@ def test_compiled_channels_last_training_computes_the_same(tmp_path):
         )
         assert train(config, tmp_path / name)["status"] == rf.STATUS_DONE
         runs[name] = tmp_path / name
-    eager, compiled = _rows(runs["eager"]), _rows(runs["compiled"])
+    eager, compiled = rows_of(runs["eager"]), rows_of(runs["compiled"])
     for a, b in zip(eager, compiled, strict=True):  # losses after each update: the same steps
         assert b[rf.TRAIN_LOSS] == pytest.approx(a[rf.TRAIN_LOSS], rel=1e-4)
         assert b["train/grad_norm"] == pytest.approx(a["train/grad_norm"], rel=1e-3)
-    weights = _weights(runs["compiled"])
+    compiled_weights = weights(runs["compiled"])
     assert any(
-        w.ndim == 4 and w.is_contiguous(memory_format=torch.channels_last) for w in weights.values()
+        w.ndim == 4 and w.is_contiguous(memory_format=torch.channels_last)
+        for w in compiled_weights.values()
     )
     with pytest.raises(Exception, match=r"train.compile: unknown backend 'fast'; valid: true"):
         train(

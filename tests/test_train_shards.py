@@ -22,9 +22,9 @@ from vitscale.config import resolve
 from vitscale.data import build_dataset
 from vitscale.train import Preempted, checkpoint, train
 
-from .conftest import tiny_config
+from .conftest import rows_of, tiny_config
 from .test_data_shards import _bad_set, jpeg_bytes, write_jpeg_shards
-from .test_train import _assert_same_run, _rows, _signal_at
+from .test_train import _assert_same_run, _signal_at
 
 
 def shard_config(root: Path, **sections) -> dict:
@@ -101,7 +101,7 @@ def test_two_gloo_processes_read_what_one_reads(shards, uninterrupted, tmp_path)
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert rf.read_json(run / rf.RESULT)["num_processes"] == 2
-    one, two = _rows(uninterrupted), _rows(run)
+    one, two = rows_of(uninterrupted), rows_of(run)
     assert [r[rf.STEP] for r in one] == [r[rf.STEP] for r in two] == list(range(1, 9))
     for a, b in zip(one, two, strict=True):
         assert a[rf.TRAIN_LOSS] == pytest.approx(b[rf.TRAIN_LOSS], rel=1e-5)

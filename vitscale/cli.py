@@ -137,11 +137,10 @@ def _train(args: argparse.Namespace) -> int:
     )
     if check.problems:
         raise UserError("\n".join(f"{args.config}: {p}" for p in check.problems))
-    if int(os.environ.get("RANK", 0)) == 0:
+    workdir = args.workdir or f"runs/{cfg.grid or 'adhoc'}/{cell_id(cfg)}"
+    if args.dry_run:  # a run says its notes itself, once its length is known
         for note in check.notes:
             print(f"note: {note}", file=sys.stderr)
-    workdir = args.workdir or f"runs/{cfg.grid or 'adhoc'}/{cell_id(cfg)}"
-    if args.dry_run:
         print(json.dumps(cfg.to_dict() | {"cell_id": cell_id(cfg), "workdir": workdir}, indent=2))
         return 0
     from .data import DatasetFormatError, DatasetNotFoundError

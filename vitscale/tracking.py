@@ -75,9 +75,9 @@ class Tracker:
         if not self.path.exists():
             return
         with open(self.path, encoding="utf-8", errors="replace") as fh:
-            lines = sum(1 for line in fh if line.strip())
-        rows = [r for r in rf.iter_metrics(self.path) if r[rf.STEP] <= step]
-        if len(rows) == lines:
+            lines = [line for line in fh if line.strip()]
+        rows = [r for line in lines if (r := rf.parse_row(line)) and r[rf.STEP] <= step]
+        if len(rows) == len(lines):
             return
         tmp = self.path.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -31,14 +31,13 @@ import yaml
 from vitscale import runfolder as rf
 from vitscale.train import checkpoint
 
-from ..conftest import tiny_config
+from ..conftest import rows_of, tiny_config, weights
 
 HOOKS = Path(__file__).parent / "hooks"
 STEPS = 40  # per cell of the first block: room for five interruptions of at most 5 steps
 SHORT = 16  # the third cell: it only needs to start late and finish
 WORKERS = 2
 THREADS = str(max(1, (os.cpu_count() or 1) // WORKERS))  # what the grid gives each worker
-TIMING_KEYS = {rf.THROUGHPUT, rf.MFU}
 
 # Exec the command with SIGINT at its default disposition, as an interactive shell starts a
 # foreground job (a background job of a non-interactive shell, which is what a plain
@@ -284,9 +283,7 @@ def last_logged(run_dir: Path) -> int | None:
 
 
 def checkpoint_steps(run_dir: Path) -> list[int]:
-    return [
-        int(p.name[len(checkpoint.PREFIX) :]) for p in checkpoint.complete(run_dir / "checkpoints")
-    ]
+    return [rf.checkpoint_step(p) for p in checkpoint.complete(run_dir / rf.CHECKPOINTS)]
 
 
 def no_traceback(*texts: str) -> None:
@@ -318,18 +315,6 @@ def cli(*args: str, timeout: float = 300, **env_extra: str) -> subprocess.Comple
 
 
 # --------------------------------------------------------------------------- results
-
-
-def rows_of(run_dir: Path) -> list[dict]:
-    return [
-        {k: v for k, v in row.items() if k not in TIMING_KEYS}
-        for row in rf.iter_metrics(run_dir / rf.METRICS)
-    ]
-
-
-def weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    latest = checkpoint.latest(run_dir / rf.CHECKPOINTS)
-    return torch.load(latest / checkpoint.STATE, weights_only=True)["model"]
 
 
 def assert_same_cell(run: Path, reference: Path) -> None:

@@ -16,12 +16,6 @@ from .spec import Grid, GridError, load_grid
 from .status import collect, format_table
 
 
-def _dataset_size(grid: Grid, cell) -> int | None:
-    from ..data import known_size
-
-    return known_size(cell.config.data.dataset, root=cell.config.data.root)
-
-
 def _processes_for(grid: Grid, cell, profile: Profile | None, processes: int | None) -> int | None:
     """How many processes will share the cell's batch: ``--processes`` on the local
     executor, the cell's tasks on a SLURM profile, None when not known."""
@@ -67,11 +61,11 @@ def _validate_for_running(grid: Grid, profile: Profile | None, problems: list[st
     for cell in grid.cells:
         where = f"{grid.path}: block {cell.block!r}"
         d, e = cell.config.data, cell.config.eval
-        checks = [("data", d.dataset, None)]
-        checks += [("eval.fewshot", name, None) for name in e.fewshot.datasets]
-        checks += [("eval.finetune", name, None) for name in e.finetune.datasets]
-        for key, name, subset in checks:
-            for message in check_available(name, root=d.root, subset=subset, download=d.download):
+        checks = [("data", d.dataset)]
+        checks += [("eval.fewshot", name) for name in e.fewshot.datasets]
+        checks += [("eval.finetune", name) for name in e.finetune.datasets]
+        for key, name in checks:
+            for message in check_available(name, root=d.root, download=d.download):
                 if message not in seen:
                     seen.add(message)
                     problems.append(f"{where}: {key}: {message}")
@@ -97,8 +91,10 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
     """The cells, their cost and totals; with a profile also the peak memory per GPU and
     the micro-batches (refusing, after the table, cells that fit at none)."""
     actions = {p.cell.id: p.action for p in plan(grid, runs_root)}
+    from ..preflight import dataset_size
+
     est = profile or Profile(name="default")
-    costs = [cell_cost(c, est, dataset_size=_dataset_size(grid, c)) for c in grid.cells]
+    costs = [cell_cost(c, est, dataset_size=dataset_size(c.config)) for c in grid.cells]
     fits = {f.cell.id: f for f in fit_grid(grid, profile)} if profile else {}
     problems = [p for f in fits.values() for p in f.problems]
     todo = [c for c in costs if actions[c.cell.id] == "submit"]
@@ -264,8 +260,8 @@ def grid(
         raise ValueError(f"--stop-timeout must be a number of seconds >= 0, got {stop_timeout}")
     profile = load_profile(profile_path) if profile_path else None
     launch = processes if executor == "local" else None  # on SLURM: the cell's resources
-    g = load_grid(path, overrides=list(overrides), num_processes=launch)
-    problems = _preflight(g, profile if executor == "slurm" else None, launch)
+    g = load_grid(path, overrides=list(overrides))
+    problems = _preflight(g, profile if executor == "slurm" else None, launch)  # launch too
     if dry_run:
         if problems:
             raise GridError(problems)
