@@ -3,7 +3,7 @@
 For the tests and ``benchmarks/analysis_speed.py``, and to try the figures on a laptop:
 :func:`write_runs` writes ``root/<grid>/<cell-id>/`` folders with a config.json, a
 metrics.jsonl and a result.json shaped exactly as the trainer writes them
-(:mod:`vitscale.runfolder`). Accuracies follow a saturating power law in compute and in
+(:mod:`vitscale.record`). Accuracies follow a saturating power law in compute and in
 data, with noise, so the figures show the paper's kind of curves; compute and parameters
 are vitscale's own analytic counts (:mod:`vitscale.flops`) at 32 px.
 """
@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 
 from vitscale import flops
-from vitscale import runfolder as rf
+from vitscale import record as rf
 
 __all__ = ["MODELS", "SUBSETS", "DATASETS", "STEPS", "cell", "write_runs", "write_cell"]
 
-# Demo-sized models of each family (vitscale.models.names) and nested subset sizes.
+# Demo-sized models of each family (vitscale.catalog) and nested subset sizes.
 MODELS = (
     "ViT-Pico/8",
     "ViT-Pico/4",
@@ -129,22 +129,20 @@ def cell(
             best[key] = max(row[key], best.get(key, 0.0))
         rows.append(row)
     last = rows[-1]
-    result = {
-        "status": rf.STATUS_DONE,
-        "error": None,
-        "failed_step": None,
-        "cell_id": cell_id,
-        "model": model,
-        "steps": steps,
-        "examples_seen": last[rf.EXAMPLES_SEEN],
-        "pretrain_exaflops": last[rf.EXAFLOPS],
-        "params": count.params,
-        "wall_clock_s": 60.0,
-        "device_hours": 60.0 / 3600,
-        "final": {k: v for k, v in last.items() if k not in (rf.STEP, rf.EXAMPLES_SEEN)},
-        "best": best,
-        "finetune": dict(finetune or {}),
-    }
+    result = rf.RunResult(
+        status=rf.STATUS_DONE,
+        cell_id=cell_id,
+        model=model,
+        steps=steps,
+        examples_seen=last[rf.EXAMPLES_SEEN],
+        pretrain_exaflops=last[rf.EXAFLOPS],
+        params=count.params,
+        wall_clock_s=60.0,
+        device_hours=60.0 / 3600,
+        final={k: v for k, v in last.items() if k not in (rf.STEP, rf.EXAMPLES_SEEN)},
+        best=best,
+        finetune=dict(finetune or {}),
+    ).to_json()
     return config, rows, result
 
 

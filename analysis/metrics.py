@@ -1,7 +1,7 @@
 """Which columns of a cells frame are transfer metrics, their averages, and their labels.
 
-Metric columns follow :mod:`vitscale.results`: ``fewshot/<dataset>/<k>shot`` (best value
-during training), ``finetune/<dataset>/top1``, ``final:<metric>``. An average over several
+Metric columns follow :mod:`vitscale.record.cells`: ``fewshot/<dataset>/<k>shot`` (best value
+during training), ``finetune/<dataset>/top1``, ``final/<metric>``. An average over several
 transfer metrics is a derived column: ``average-5`` when it is exactly Fig. 5's five
 fine-tuning datasets (PROTOCOL.md), else ``average(<metric>, ...)`` naming its parts, so
 two averages share a name only when they average the same things.
@@ -13,8 +13,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from vitscale.results import FINAL_PREFIX
-from vitscale.runfolder import finetune_key, parse_fewshot_key
+from vitscale.record import FINAL, finetune_key, parse_fewshot_key
 
 from .paper import AVERAGE_5, AVERAGE_5_DATASETS, DATASETS, dataset_name
 
@@ -126,8 +125,8 @@ def comparable(metric: str, reference: pd.DataFrame) -> bool:
 
 def label(metric: str) -> str:
     """Axis label with units for a metric column."""
-    if metric.startswith(FINAL_PREFIX):
-        return label(metric[len(FINAL_PREFIX) :]).replace(" (%)", ", final (%)")
+    if metric.startswith(FINAL):
+        return label(metric[len(FINAL) :]).replace(" (%)", ", final (%)")
     if metric == AVERAGE_5:
         return "Average-5 transfer accuracy (%)"
     if metric.startswith(_AVERAGE_PREFIX):

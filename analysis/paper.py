@@ -1,7 +1,7 @@
 """The paper's Tables 5 and 6 as tidy frames, the same columns as our runs (``source="paper"``).
 
 The numbers are vitscale's package data (:mod:`vitscale.paper`); this module only gives
-them the shape of :func:`vitscale.results.load_runs`, so a figure draws the paper's
+them the shape of :func:`vitscale.record.cells.load_runs`, so a figure draws the paper's
 points and ours with the same code and ours can be laid over the paper's.
 
 - Table 5 (the points of Fig. 3): ViT-B/32 ... H/14 pre-trained on ImageNet,
@@ -23,10 +23,10 @@ from functools import cache
 import pandas as pd
 
 from vitscale import flops
-from vitscale.models.names import parse
+from vitscale.catalog import parse
 from vitscale.paper import JFT_IMAGES, table5, table6
-from vitscale.results import cell_record, records_to_frame
-from vitscale.runfolder import STATUS_DONE, finetune_key
+from vitscale.record import STATUS_DONE, RunResult, finetune_key
+from vitscale.record.cells import cell_record, records_to_frame
 
 __all__ = [
     "DATASETS",
@@ -75,16 +75,15 @@ def _average_5(metrics: dict[str, float]) -> float | None:
 def _paper_record(
     *, table: str, model: str, pretrain: str, epochs: int | None, row_metrics: dict
 ) -> dict:
-    """A row with the columns of vitscale.results, built through the same function."""
+    """A row with the columns of the cells frame, built through the same function."""
     spec = parse(model)
     examples = None if epochs is None else epochs * PRETRAIN_SIZES[pretrain]
-    result = {
-        "status": STATUS_DONE,
-        "model": spec.name,
-        "examples_seen": examples,
-        "pretrain_exaflops": None,
-        "params": flops.count(spec.name).params,
-    }
+    result = RunResult(
+        status=STATUS_DONE,
+        model=spec.name,
+        examples_seen=examples,
+        params=flops.count(spec.name).params,
+    )
     config = {
         "cell_id": f"{table}:{spec.name}:{pretrain}" + (f":{epochs}ep" if epochs else ""),
         "grid": table,

@@ -37,7 +37,15 @@ from scipy.optimize import least_squares
 
 from .frontier import pareto_frontier
 
-__all__ = ["PowerLaw", "PowerLawFit", "fit_power_law", "fit_frontier", "plot_fit", "PARAMS"]
+__all__ = [
+    "PowerLaw",
+    "PowerLawFit",
+    "fit_power_law",
+    "fit_frontier",
+    "fit_groups",
+    "plot_fit",
+    "PARAMS",
+]
 
 PARAMS = ("a", "b", "c", "d")
 _MIN_DISTINCT = len(PARAMS)
@@ -304,3 +312,60 @@ def plot_fit(ax, fit: PowerLawFit, *, color: str = "0.2", extrapolate: float = 1
             ax.fill_between(grid, b_lo, b_hi, color=color, alpha=0.15, lw=0, gid="fit-band")
         )
     return artists
+
+
+def fit_groups(
+    frame: pd.DataFrame,
+    *,
+    metric: str | None = None,
+    shots: int = 5,
+    x: str = "exaflops",
+    by: str | None = "family",
+    bootstrap: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+    progress: bool = False,
+) -> tuple[str, dict[str, PowerLawFit], dict[str, str]]:
+    """``vitscale fit``: the law fitted to the frontier of each ``by`` group of finished
+    cells (``by=None``: all together). ``metric`` None: the average of the transfer metrics
+    found (or the one found); an ``average-...`` name is computed from its parts.
+
+    Returns ``(metric, fits, failures)``: the fitted groups and, for each group that could
+    not be fitted, why. Raises :class:`~vitscale.errors.UserError` for a metric or column
+    that is not there."""
+    from vitscale.errors import UserError
+
+    from . import metrics as M
+
+    if metric is None:
+        found = M.transfer_metrics(frame, shots=shots)
+        if not found:
+            raise UserError("no transfer metrics (few-shot or fine-tuning) in the results")
+        metric = found[0]
+        if len(found) > 1:
+            frame, metric = M.add_average(frame, found)
+    elif metric not in frame.columns:
+        try:
+            frame, _ = M.add_average(frame, M.average_parts(metric))
+        except ValueError:
+            valid = ", ".join(M.transfer_metrics(frame, shots=shots)) or "none found"
+            raise UserError(f"--metric {metric!r}: no such column; metrics: {valid}") from None
+    if by is not None and by not in frame.columns:
+        raise UserError(f"--by {by!r}: no such column (e.g. family, model, size, grid)")
+    groups = [("all", frame)] if by is None else list(frame.groupby(by, sort=True))
+    fits: dict[str, PowerLawFit] = {}
+    failures: dict[str, str] = {}
+    for name, group in groups:
+        try:
+            fits[str(name)] = fit_frontier(
+                group,
+                metric=metric,
+                x=x,
+                bootstrap=bootstrap,
+                level=level,
+                seed=seed,
+                progress=progress,
+            )
+        except ValueError as e:
+            failures[str(name)] = str(e)
+    return metric, fits, failures

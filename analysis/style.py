@@ -23,7 +23,7 @@ import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from vitscale.models.names import VIT_SIZES  # noqa: E402
+from vitscale.catalog import VIT_SIZES  # noqa: E402
 
 __all__ = [
     "PALETTE",

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vitscale.runfolder import STATUS_DONE
+from vitscale.record import STATUS_DONE
 
 from . import metrics as M
 from .frontier import pareto_frontier
@@ -409,7 +409,7 @@ def compare_frontiers(frontier: pd.DataFrame) -> dict[str, Any]:
 
 
 def summarise(frame: pd.DataFrame, *, metric: str | None = None, shots: int = 5) -> Summary:
-    """Summarise a cells frame (:func:`vitscale.results.load_runs`); finished cells only."""
+    """Summarise a cells frame (:func:`vitscale.record.cells.load_runs`); finished cells only."""
     done = frame[frame["status"] == STATUS_DONE]
     if metric is None:
         found = M.fewshot_metrics(done, shots=shots)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vitscale.runfolder import finetune_key
+from vitscale.record import finetune_key
 
 from . import metrics as M
 from .figures._data import finished

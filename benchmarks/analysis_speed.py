@@ -37,7 +37,7 @@ def main() -> int:
     t0 = time.perf_counter()
     from analysis import cli, fixtures
     from analysis.figures import fig3, fig4, fig5  # noqa: F401  (import cost, measured here)
-    from vitscale.results import load_runs
+    from vitscale.record.cells import load_runs
 
     t_import = time.perf_counter() - t0
 

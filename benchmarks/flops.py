@@ -19,7 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vitscale import flops  # noqa: E402
-from vitscale.models import create_model, list_models, parse  # noqa: E402
+from vitscale.catalog import list_models, parse  # noqa: E402
+from vitscale.models import create_model  # noqa: E402
 
 REAL_PARAM_LIMIT = 30_000_000
 

@@ -23,9 +23,12 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vitscale import memory  # noqa: E402
+from vitscale.catalog import (
+    list_models,  # noqa: E402
+    smallest_resolution,  # noqa: E402
+)
 from vitscale.flops import count  # noqa: E402
-from vitscale.models import create_model, list_models  # noqa: E402
-from vitscale.models.names import smallest_resolution  # noqa: E402
+from vitscale.models import create_model  # noqa: E402
 
 REAL_PARAM_LIMIT = 30_000_000
 

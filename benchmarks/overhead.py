@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vitscale import runfolder as rf  # noqa: E402
+from vitscale import record as rf  # noqa: E402
 from vitscale.train.timing import PHASES  # noqa: E402
 
 # What the harness adds (issue 7's target: at most 15% of the training steps); drawing

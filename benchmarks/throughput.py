@@ -27,8 +27,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from vitscale.catalog import parse  # noqa: E402
 from vitscale.flops import count  # noqa: E402
-from vitscale.models import create_model, parse  # noqa: E402
+from vitscale.models import create_model  # noqa: E402
 from vitscale.train.runtime import peak_flops  # noqa: E402
 
 

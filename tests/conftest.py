@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitscale import runfolder as rf
-from vitscale.models.names import smallest_resolution
+from vitscale import record as rf
+from vitscale.catalog import smallest_resolution
 
 # Real (CPU) forward/backward for models up to this size; larger ones are checked on the
 # meta device (shapes, gradients reaching every parameter) to keep the suite fast.

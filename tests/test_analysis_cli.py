@@ -1,4 +1,4 @@
-"""`vitscale figures` and `vitscale fit` handlers (analysis.cli)."""
+"""`vitscale figures`, `vitscale fit` and `vitscale summary` handlers (vitscale.cli.figures)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from analysis import cli, fixtures
-from vitscale.cli import UserError
+from analysis import fixtures
+from vitscale.cli import figures as cli
+from vitscale.errors import UserError
 
 PAPER_FILES = [
     "paper_fig3_transfer_imagenet.pdf",

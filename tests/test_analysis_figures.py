@@ -11,8 +11,8 @@ from matplotlib.container import ErrorbarContainer
 
 from analysis import fixtures, paper
 from analysis.figures import curves, fig3, fig4, fig5
-from vitscale import runfolder as rf
-from vitscale.results import load_history, load_runs
+from vitscale import record as rf
+from vitscale.record.cells import load_history, load_runs
 
 IMAGENET = rf.finetune_key("imagenet")
 SHAPES5 = rf.fewshot_key("synthetic-shapes", 5)

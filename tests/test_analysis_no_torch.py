@@ -21,7 +21,9 @@ SCRIPT = textwrap.dedent(
     import pandas as pd
 
     import analysis
-    from analysis import cli, fixtures, load, metrics, paper, scaling, tables
+    from analysis import draw, fixtures, metrics, paper, scaling, tables
+    from vitscale.cli import figures as cli
+    from vitscale.record import cells as load
     from analysis.figures import curves, fig3, fig4, fig5
     assert "wandb" not in sys.modules, "import analysis loaded wandb"
 

@@ -8,8 +8,8 @@ import pytest
 from analysis import fixtures, paper, tables
 from vitscale import flops
 from vitscale.paper import table5, table6
-from vitscale.results import BASE_COLUMNS, load_runs
-from vitscale.runfolder import fewshot_key, finetune_key
+from vitscale.record import fewshot_key, finetune_key
+from vitscale.record.cells import BASE_COLUMNS, load_runs
 
 IMAGENET = finetune_key("imagenet")
 

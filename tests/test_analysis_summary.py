@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from analysis.frontier import pareto_frontier
 from analysis.summary import NOISE_FACTOR, compare_frontiers, fig5_cells, summarise
-from vitscale.runfolder import fewshot_key
+from vitscale.record import fewshot_key
 
 A, B = fewshot_key("synthetic-glyphs", 5), fewshot_key("synthetic-textures", 5)
 # model -> (family, exaFLOPs per step)

@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 from analysis import fixtures
-from analysis.load import load_wandb, load_wandb_history, load_wandb_offline
-from vitscale import runfolder as rf
-from vitscale.results import load_history, load_runs
+from vitscale import record as rf
+from vitscale.record.cells import load_history, load_runs
+from vitscale.record.wandb_runs import load_wandb, load_wandb_history, load_wandb_offline
 
 SHAPES5 = rf.fewshot_key("synthetic-shapes", 5)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from vitscale import runfolder as rf
+from vitscale import record as rf
 from vitscale.evals.fewshot import BIAS_FEATURE, STD_EPS, ridge_fewshot_accuracy
 from vitscale.train import train
 
@@ -95,11 +95,11 @@ def test_finetune_picks_a_learning_rate_and_scores_the_test_split(tmp_path):
         },
     )
     result = train(cfg, tmp_path)
-    assert result["status"] == rf.STATUS_DONE
-    accuracy = result["finetune"]["synthetic-textures"]
+    assert result.status == rf.STATUS_DONE
+    accuracy = result.finetune["synthetic-textures"]
     assert 0.0 <= accuracy <= 1.0 and accuracy * 64 == pytest.approx(round(accuracy * 64))
     key = rf.finetune_key("synthetic-textures")
-    assert result["final"][key] == accuracy == result["best"][key]
+    assert result.final[key] == accuracy == result.best[key]
 
 
 def test_fewshot_features_use_the_evaluation_view_of_real_datasets(tmp_path):

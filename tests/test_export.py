@@ -13,11 +13,11 @@ import json
 import pytest
 import torch
 
-from vitscale import runfolder as rf
+from vitscale import record as rf
+from vitscale.catalog import parse
 from vitscale.cli import main
 from vitscale.config import cell_id, resolve
 from vitscale.models import create_model, load_pretrained
-from vitscale.models.names import parse
 from vitscale.train import checkpoint
 
 from .test_pretrained import _fill_, _official, _rel

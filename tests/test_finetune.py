@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from vitscale import runfolder as rf
+from vitscale import record as rf
 from vitscale.config import resolve
 from vitscale.data import build_dataset
 from vitscale.evals import finetune
@@ -174,7 +174,7 @@ def test_a_signal_during_finetuning_checkpoints_and_the_run_resumes_it(tmp_path,
     second from its checkpoint and runs the third, and every score equals an
     uninterrupted run's."""
     reference = train(_cfg(), tmp_path / "reference")
-    assert reference["status"] == rf.STATUS_DONE
+    assert reference.status == rf.STATUS_DONE
 
     config = tmp_path / "cell.json"
     config.write_text(json.dumps(_cfg() | {"data": _cfg()["data"] | {"num_workers": 2}}))
@@ -200,16 +200,16 @@ def test_a_signal_during_finetuning_checkpoints_and_the_run_resumes_it(tmp_path,
     real = finetune._fresh_model
     monkeypatch.setattr(finetune, "_fresh_model", lambda *a, **k: made.append(1) or real(*a, **k))
     result = train(_cfg(), run)
-    assert result["status"] == rf.STATUS_DONE and result["restarts"] == 1
+    assert result.status == rf.STATUS_DONE and result.restarts == 1
     assert len(made) == 2  # the stopped fine-tune and the last one; the first was kept
-    assert result["finetune"] == reference["finetune"]
+    assert result.finetune == reference.finetune
     timing = {rf.THROUGHPUT}
-    assert {k: v for k, v in result["final"].items() if k not in timing} == {
-        k: v for k, v in reference["final"].items() if k not in timing
+    assert {k: v for k, v in result.final.items() if k not in timing} == {
+        k: v for k, v in reference.final.items() if k not in timing
     }
     assert fp.read(run)["results"] == fp.read(tmp_path / "reference")["results"]
     assert checkpoint.latest(run / rf.CHECKPOINTS / fp.FOLDER) is None  # done: removed
-    assert result["wall_clock_s"] >= result["time_s"]["finetune"] > 0
+    assert result.wall_clock_s >= result.time_s["finetune"] > 0
     # No loader worker outlived the stopped run: its process group is empty.
     with pytest.raises(ProcessLookupError):
         os.killpg(proc.pid, 0)

@@ -10,8 +10,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from vitscale import flops
+from vitscale.catalog import list_models, parse
 from vitscale.cli import main
-from vitscale.models import create_model, list_models, parse
+from vitscale.models import create_model
 from vitscale.paper import table6
 
 from .conftest import REAL_PARAM_LIMIT, small_resolution

@@ -12,7 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vitscale import runfolder as rf
+from vitscale import record as rf
 from vitscale.cli import main
 from vitscale.grid.cellrun import cell_lock, run_cell
 from vitscale.grid.plan import plan, prepare

@@ -12,13 +12,14 @@ import torch
 import yaml
 
 from vitscale import memory
+from vitscale.catalog import list_models
 from vitscale.cli import main
 from vitscale.flops import count
-from vitscale.grid.fit import apply, fit_grid
+from vitscale.grid.placement import apply_placements, place_grid
 from vitscale.grid.plan import plan, prepare
 from vitscale.grid.profile import load_profile
 from vitscale.grid.spec import load_grid
-from vitscale.models import create_model, list_models
+from vitscale.models import create_model
 
 from .conftest import REAL_PARAM_LIMIT, small_resolution
 
@@ -188,9 +189,9 @@ def test_chosen_micro_batches_are_written_into_the_cells_config(tmp_path):
     the cell keeps its id (and its run folder)."""
     g = load_grid(_grid(tmp_path, "ViT-B/16"))
     (cell,) = g.cells
-    fits = fit_grid(g, load_profile(_profile(tmp_path, 16)))
+    fits = place_grid(g, load_profile(_profile(tmp_path, 16)))
     assert 1 <= fits[0].micro_batch < 1024 and 1024 % fits[0].micro_batch == 0
-    apply(fits)
+    apply_placements(fits)
     (item,) = plan(g, tmp_path / "runs")
     prepare(item)
     written = json.loads((item.run_dir / "config.json").read_text())

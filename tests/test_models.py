@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from vitscale.catalog import VIT_SIZES, ViTSpec, list_models, parse
 from vitscale.flops import count
-from vitscale.models import create_model, list_models, parse, resize_pos_embed
-from vitscale.models.names import VIT_SIZES, ViTSpec
+from vitscale.models import create_model, resize_pos_embed
 from vitscale.models.vit import Attention, reference_attention
 
 from .conftest import REAL_PARAM_LIMIT, small_resolution

@@ -24,10 +24,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from vitscale.catalog import parse, same_padding
 from vitscale.models import create_model, load_pretrained, resize_pos_embed
 from vitscale.models.layouts import from_vitscale
-from vitscale.models.names import parse
-from vitscale.models.padding import same_padding
 from vitscale.models.pretrained import PretrainedError, read_weights
 from vitscale.models.resnet import SameStdConv2d
 

@@ -11,11 +11,11 @@ import torch
 
 from analysis.figures import fig5
 from vitscale import flops
-from vitscale import runfolder as rf
+from vitscale import record as rf
 from vitscale.config import ConfigError, resolve
 from vitscale.paper import JFT_IMAGES, table6
 from vitscale.published import DATASETS, published_compute
-from vitscale.results import load_runs
+from vitscale.record.cells import load_runs
 from vitscale.train import train
 
 from .conftest import tiny_config
@@ -132,10 +132,10 @@ def test_published_cell_is_evaluated_and_lands_on_fig5(tmp_path, checkpoint_npz)
     run = tmp_path / "runs" / "published" / "cell"
     result = train(_published_config(checkpoint_npz), run)
     expected = published_compute("ViT-Pico/4", "imagenet21k")
-    assert result["status"] == "done" and result["steps"] == 0 and result["examples_seen"] == 0
-    assert result["pretrain_exaflops"] == pytest.approx(expected.exaflops)
-    assert result["published"] == expected.as_dict()
-    assert set(result["finetune"]) == {"synthetic-textures"}
+    assert result.status == "done" and result.steps == 0 and result.examples_seen == 0
+    assert result.pretrain_exaflops == pytest.approx(expected.exaflops)
+    assert result.published == expected.as_dict()
+    assert set(result.finetune) == {"synthetic-textures"}
     # Nothing pre-trained, no pre-training state: only fine-tuning's record of its scores.
     from vitscale.train import checkpoint
 

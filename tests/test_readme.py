@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from analysis import fixtures
-from vitscale import runfolder as rf
+from vitscale import record as rf
 from vitscale.cli import build_parser, main
 from vitscale.grid.spec import load_grid
 

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from analysis import fixtures
-from vitscale import results
-from vitscale import runfolder as rf
+from vitscale import record as rf
+from vitscale.record import cells as results
 
 
 def _write(root, grid, name, **kw):
@@ -94,12 +94,12 @@ def test_columns_units_and_names(runs):
     key = rf.fewshot_key("synthetic-shapes", 5)
     # Best values under the metric name, finals prefixed, accuracies in percent.
     assert row[key] == pytest.approx(100 * result["best"][key])
-    assert row["final:" + key] == pytest.approx(100 * result["final"][key])
-    assert row["final:" + rf.TRAIN_LOSS] == pytest.approx(result["final"][rf.TRAIN_LOSS])
+    assert row[rf.FINAL + key] == pytest.approx(100 * result["final"][key])
+    assert row[rf.FINAL + rf.TRAIN_LOSS] == pytest.approx(result["final"][rf.TRAIN_LOSS])
     assert row[rf.finetune_key("imagenet")] == pytest.approx(50.0)
     assert row["config.optim.lr"] == config["optim"]["lr"]
     assert row["config.eval.fewshot.shots"] == (1, 5, 10, 25)
-    assert set(results.metric_columns(cells)) >= {key, "final:" + key}
+    assert set(results.metric_columns(cells)) >= {key, rf.FINAL + key}
     assert not any(c.startswith("config.") for c in results.metric_columns(cells))
 
 
@@ -219,16 +219,16 @@ def test_result_from_summary_accepts_both_spellings():
         "fewshot/a/5shot": 0.1,
     }
     for summary in (nested, flat):
-        got = results.result_from_summary(summary)
-        assert got["best"] == {"fewshot/a/5shot": 0.5}
-        assert got["final"] == {"lr": 0.1}
-        assert got["finetune"] == {"imagenet": 0.7}
-        assert got["steps"] == 3 and set(rf.RESULT_KEYS) <= set(got)
+        got = rf.RunResult.from_summary(summary)
+        assert got.best == {"fewshot/a/5shot": 0.5}
+        assert got.final == {"lr": 0.1}
+        assert got.finetune == {"imagenet": 0.7}
+        assert got.steps == 3 and got.restarts is None
 
 
 def test_results_imports_no_torch():
     import subprocess
     import sys
 
-    code = "import sys, vitscale.results; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, vitscale.record.cells, vitscale.record.wandb_runs; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitscale import runfolder as rf
+from vitscale import record as rf
 from vitscale.cli import main
 from vitscale.grid.plan import JOB_FILE
 from vitscale.grid.profile import load_profile

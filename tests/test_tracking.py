@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from vitscale import runfolder as rf
-from vitscale.tracking import wandb_mode
+from vitscale import record as rf
+from vitscale.record.wandb import wandb_mode
 from vitscale.train import train
 
 from .conftest import tiny_config
@@ -39,7 +39,7 @@ def offline_run(tmp_path_factory):
         mp.setenv("WANDB_SILENT", "true")
         cfg = tiny_config(wandb={"mode": "offline", "tags": ["test"]}, grid="wandb_test")
         result = train(cfg, run)
-    assert result["status"] == rf.STATUS_DONE
+    assert result.status == rf.STATUS_DONE
     return run, result
 
 
@@ -56,10 +56,10 @@ def test_offline_run_holds_the_same_history_as_metrics_jsonl(offline_run):
             if key != rf.STEP:
                 assert logged[key] == pytest.approx(value), key
     (header,) = [r["run"] for r in records if r["type"] == "run"]
-    assert header["run_id"] == result["cell_id"] and header["run_group"] == "wandb_test"
+    assert header["run_id"] == result.cell_id and header["run_group"] == "wandb_test"
     assert {"family:ViT", "size:Pico", "patch:4", "subset:512", "test"} <= set(header["tags"])
     config = header["config"]["update"]
-    assert config["model"]["name"] == "ViT-Pico/4" and config["cell_id"] == result["cell_id"]
+    assert config["model"]["name"] == "ViT-Pico/4" and config["cell_id"] == result.cell_id
     # examples_seen and compute/exaflops are declared as step metrics for the x-axis.
     metrics = {r["metric"].get("name"): r["metric"] for r in records if r["type"] == "metric"}
     assert {rf.EXAMPLES_SEEN, rf.EXAFLOPS} <= set(metrics)
@@ -68,7 +68,7 @@ def test_offline_run_holds_the_same_history_as_metrics_jsonl(offline_run):
         if r["type"] == "summary":
             summary.update(r["summary"].get("update", {}))
     key = rf.fewshot_key("synthetic-textures", 2)
-    assert summary[f"best/{key}"] == pytest.approx(result["best"][key])
+    assert summary[f"best/{key}"] == pytest.approx(result.best[key])
     assert summary["status"] == rf.STATUS_DONE
 
 
@@ -88,7 +88,7 @@ def test_a_wandb_failure_never_stops_training(tmp_path, monkeypatch):
     monkeypatch.setattr(wandb, "init", broken_init)
     with pytest.warns(UserWarning, match="W&B disabled for this run"):
         result = train(tiny_config(wandb={"mode": "offline"}), tmp_path)
-    assert result["status"] == rf.STATUS_DONE
+    assert result.status == rf.STATUS_DONE
     assert len(list(rf.iter_metrics(tmp_path / rf.METRICS))) == 12
 
 

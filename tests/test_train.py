@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitscale import runfolder as rf
+from vitscale import record as rf
 from vitscale.train import Preempted, checkpoint, loop, train
 from vitscale.train.timing import PHASES
 
@@ -37,14 +37,14 @@ def _assert_same_run(a: Path, b: Path) -> None:
 def uninterrupted(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("uninterrupted")
     result = train(tiny_config(), run)
-    assert result["status"] == rf.STATUS_DONE and result["restarts"] == 0
+    assert result.status == rf.STATUS_DONE and result.restarts == 0
     return run
 
 
 def test_run_folder_contract(uninterrupted):
     config = rf.read_json(uninterrupted / rf.CONFIG)
     result = rf.read_json(uninterrupted / rf.RESULT)
-    assert set(rf.RESULT_KEYS) <= set(result)
+    assert set(result) == set(rf.RunResult(status=rf.STATUS_DONE).to_json())  # every field
     assert config["cell_id"] == result["cell_id"] and config["data"]["num_examples"] == 512
     rows = list(rf.iter_metrics(uninterrupted / rf.METRICS))
     assert [r[rf.STEP] for r in rows] == list(range(1, 13))
@@ -98,7 +98,7 @@ def test_resume_after_signal_is_exact(tmp_path, monkeypatch, uninterrupted, inte
     assert not (tmp_path / rf.RESULT).exists()
     assert checkpoint.latest(tmp_path / rf.CHECKPOINTS).name.endswith(f"{interrupt_step:09d}")
     result = train(tiny_config(), tmp_path)
-    assert result["status"] == rf.STATUS_DONE and result["restarts"] == 1
+    assert result.status == rf.STATUS_DONE and result.restarts == 1
     _assert_same_run(uninterrupted, tmp_path)
 
 
@@ -164,7 +164,7 @@ def test_loader_workers_survive_slurms_signal_and_the_run_resumes_exactly(tmp_pa
         os.killpg(proc.pid, 0)
     assert [p.name for p in (run / rf.CHECKPOINTS).iterdir()] == ["step_000000003"]
     result = train(config, run)
-    assert result["status"] == rf.STATUS_DONE and result["restarts"] == 1
+    assert result.status == rf.STATUS_DONE and result.restarts == 1
     wa, wb = weights(uninterrupted), weights(run)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     logged = {r[rf.STEP]: r for r in rows_of(uninterrupted)}
@@ -173,9 +173,7 @@ def test_loader_workers_survive_slurms_signal_and_the_run_resumes_exactly(tmp_pa
     for row in ours:  # what the uninterrupted run logged at those steps
         assert row.items() <= logged[row[rf.STEP]].items()
     reference = rf.read_json(uninterrupted / rf.RESULT)
-    assert (
-        result["best"] == reference["best"] and result["final"].keys() <= reference["final"].keys()
-    )
+    assert result.best == reference["best"] and result.final.keys() <= reference["final"].keys()
 
 
 def test_sigkill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path, uninterrupted):
@@ -197,7 +195,7 @@ def test_sigkill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path, uni
     assert names == [".tmp-step_000000010", "step_000000005"]  # the torn one never published
     assert checkpoint.latest(ckpts).name == "step_000000005"
     result = train(tiny_config(), tmp_path)
-    assert result["restarts"] == 1
+    assert result.restarts == 1
     assert sorted(p.name for p in ckpts.iterdir()) == ["step_000000012"]
     _assert_same_run(uninterrupted, tmp_path)
 
@@ -213,9 +211,9 @@ def test_non_finite_loss_stops_and_marks_the_run_failed(tmp_path, monkeypatch):
     monkeypatch.setattr(loop, "loss_fn", nan_at_step_4)
     cfg = tiny_config(train={"checkpoint_every": 2})
     result = train(cfg, tmp_path)
-    assert result["status"] == rf.STATUS_FAILED and result["failed_step"] == 4
-    assert "non-finite loss at step 4" in result["error"]
-    assert rf.read_json(tmp_path / rf.RESULT) == json.loads(json.dumps(result))
+    assert result.status == rf.STATUS_FAILED and result.failed_step == 4
+    assert "non-finite loss at step 4" in result.error
+    assert rf.read_json(tmp_path / rf.RESULT) == json.loads(json.dumps(result.to_json()))
     # The last good state (step 2) is kept; no update from the bad step was applied.
     assert checkpoint.latest(tmp_path / rf.CHECKPOINTS).name == "step_000000002"
     assert [r[rf.STEP] for r in rf.iter_metrics(tmp_path / rf.METRICS)] == [1, 2, 3]
@@ -341,7 +339,7 @@ def test_no_host_sync_between_log_steps(tmp_path, monkeypatch):
     )
     result = train(config, tmp_path)
     monkeypatch.undo()
-    assert result["status"] == rf.STATUS_DONE and len(per_step) == 6
+    assert result.status == rf.STATUS_DONE and len(per_step) == 6
     assert len(set(per_step)) == 1, per_step  # steps 1-5 read nothing back
     assert reads[0] > per_step[-1]  # the log step does
 
@@ -361,7 +359,7 @@ def test_compiled_channels_last_training_computes_the_same(tmp_path):
             | options,
             eval={"fewshot": {"datasets": []}, "upstream": {"examples": 0}},
         )
-        assert train(config, tmp_path / name)["status"] == rf.STATUS_DONE
+        assert train(config, tmp_path / name).status == rf.STATUS_DONE
         runs[name] = tmp_path / name
     eager, compiled = rows_of(runs["eager"]), rows_of(runs["compiled"])
     for a, b in zip(eager, compiled, strict=True):  # losses after each update: the same steps

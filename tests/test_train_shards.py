@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from vitscale import runfolder as rf
+from vitscale import record as rf
 from vitscale.cli import main
 from vitscale.config import resolve
 from vitscale.data import build_dataset
@@ -57,7 +57,7 @@ def shards(tmp_path_factory) -> Path:
 def uninterrupted(shards, tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("uninterrupted")
     result = train(shard_config(shards), run)
-    assert result["status"] == rf.STATUS_DONE and result["skipped_samples"] == 0
+    assert result.status == rf.STATUS_DONE and result.skipped_samples == 0
     return run
 
 
@@ -82,7 +82,7 @@ def test_sigusr1_mid_epoch_resumes_bit_identically(shards, uninterrupted, tmp_pa
     assert stopped.value.step == 6
     assert checkpoint.latest(tmp_path / rf.CHECKPOINTS).name.endswith("000000006")
     result = train(shard_config(shards, data={"num_workers": 1}), tmp_path)  # a worker now
-    assert result["status"] == rf.STATUS_DONE and result["restarts"] == 1
+    assert result.status == rf.STATUS_DONE and result.restarts == 1
     _assert_same_run(uninterrupted, tmp_path)
 
 
@@ -115,16 +115,16 @@ def test_bad_examples_are_counted_limited_and_resumed(tmp_path):
     config["train"] |= {"steps": 4, "checkpoint_every": 1}
     config["eval"]["upstream"] = {"examples": 0}
     result = train(config, run)
-    assert result["status"] == rf.STATUS_FAILED and result["failed_step"] == 3
-    assert "3 bad examples replaced, more than data.skip_bad_samples=2" in result["error"]
-    assert "train-000001.tar" in result["error"] and "img00099" in result["error"]
-    assert result["skipped_samples"] == 3 and len(result["skipped"]) == 3
+    assert result.status == rf.STATUS_FAILED and result.failed_step == 3
+    assert "3 bad examples replaced, more than data.skip_bad_samples=2" in result.error
+    assert "train-000001.tar" in result.error and "img00099" in result.error
+    assert result.skipped_samples == 3 and len(result.skipped) == 3
     # allowing more resumes the same cell (the limit is operational) from step 2
     config["data"]["skip_bad_samples"] = 4
     result = train(config, run)
-    assert result["status"] == rf.STATUS_DONE and result["restarts"] == 1
-    assert result["skipped_samples"] == 4 and rf.read_json(run / rf.RESULT)["skipped_samples"] == 4
-    assert "cannot decode the image" in result["skipped"][0]
+    assert result.status == rf.STATUS_DONE and result.restarts == 1
+    assert result.skipped_samples == 4 and rf.read_json(run / rf.RESULT)["skipped_samples"] == 4
+    assert "cannot decode the image" in result.skipped[0]
 
 
 def test_cli_train_names_a_bad_example_in_one_line(tmp_path, capsys):

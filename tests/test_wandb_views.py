@@ -12,7 +12,6 @@ server and are not exercised here.
 
 from __future__ import annotations
 
-import argparse
 import http.server
 import json
 import os
@@ -28,12 +27,13 @@ import pytest
 import yaml
 
 import vitscale
-from analysis import cli as acli
 from analysis import paper, summary, tables
-from analysis.load import load_wandb_offline
-from vitscale import runfolder as rf
+from analysis.draw import FigureOptions, compute_metrics, draw_figures
+from vitscale import record as rf
 from vitscale.cli import main
-from vitscale.results import load_history, load_runs
+from vitscale.record import wandb as W
+from vitscale.record.cells import load_history, load_runs
+from vitscale.record.wandb_runs import load_wandb_offline
 from vitscale.wandb_views import keys as K
 from vitscale.wandb_views import remote
 from vitscale.wandb_views.report import TABLE_KEY, VERDICT_KEY, build_assets, log_assets
@@ -265,9 +265,9 @@ def test_tracker_logs_what_the_run_table_shows(grid, logged):
         records = run["records"]
         updates = [r for r in records if r["type"] == "summary"]
         identity = {
-            k: v for r in updates for k, v in r["summary"]["update"].items() if k in K.IDENTITY
+            k: v for r in updates for k, v in r["summary"]["update"].items() if k in W.IDENTITY
         }
-        assert identity == K.identity(cell.model)
+        assert identity == W.identity(cell.model)
         assert identity["family"] == cell.family and identity["size"] == cell.size
         assert identity.get("patch") == (None if pd.isna(cell.patch) else cell.patch)
         # set before the first logged step: the run table has them while the cell runs
@@ -299,7 +299,7 @@ def _table6(runs: Path) -> str:
     """Table 6 as `vitscale figures` computes it from the run folders."""
     cells, _ = load_runs(runs)
     done = cells[cells["status"] == rf.STATUS_DONE]
-    frame, metrics = acli.compute_metrics(done, metric=None, shots=2)
+    frame, metrics = compute_metrics(done, metric=None, shots=2)
     largest = frame[frame["num_examples"] == frame["num_examples"].max()]  # Table 6's rows
     table = tables.table6(largest, metrics=metrics, reference=paper.table6_frame())
     return tables.to_markdown(table)
@@ -396,10 +396,8 @@ def test_figures_from_wandb_runs_equal_figures_from_run_folders(grid, tmp_path):
     for column in ("examples_seen", "compute/exaflops", "train/loss", *metrics[1:]):
         assert list(history[column]) == pytest.approx(list(steps[column]), nan_ok=True), column
 
-    parser = argparse.ArgumentParser()
-    acli.configure_figures(parser)
-    argv = ["--out", str(tmp_path), "--shots", "2", "--curves", "--format", "png"]
-    written = acli.draw_figures(theirs, parser.parse_args(argv), history=lambda done: history)
+    options = FigureOptions(out=tmp_path, shots=2, curves=True, formats=("png",))
+    written = draw_figures(theirs, options, history=lambda done: history)
     assert {p.name for p in written} >= {"fig5_compute.png", "table6.md"}
     assert (tmp_path / "table6.md").read_text() == _table6(runs)
 
@@ -570,8 +568,8 @@ def test_bad_input_one_line_exit_2(grid, tmp_path, capsys):
 
 
 def test_redact_hides_keys():
-    assert remote.redact(f"bad key {FAKE_KEY} here") == "bad key *** here"
-    assert remote.redact("a" * 40) == "***"
+    assert W.redact(f"bad key {FAKE_KEY} here") == "bad key *** here"
+    assert W.redact("a" * 40) == "***"
 
 
 def test_one_saved_view_per_grid_whose_name_survives_the_url():
@@ -588,19 +586,17 @@ def test_one_saved_view_per_grid_whose_name_survives_the_url():
 def test_a_netrc_key_for_the_configured_server_counts(tmp_path, monkeypatch):
     """`wandb login` stores the key per server (host:port) in the netrc; `wandb.mode: auto`
     and the commands find it there, as wandb does, for whatever server is configured."""
-    from vitscale.tracking import wandb_mode
-
     _no_credentials(monkeypatch, tmp_path)
     monkeypatch.delenv("WANDB_MODE", raising=False)
     url = f"http://127.0.0.1:{_closed_port()}"
     monkeypatch.setenv("WANDB_BASE_URL", url)
-    assert not remote.has_api_key() and wandb_mode("auto") == "offline"
+    assert not W.has_api_key() and W.wandb_mode("auto") == "offline"
     netrc = tmp_path / ".netrc"
     netrc.write_text(
         f"machine {url.removeprefix('http://')}\n  login user\n  password {FAKE_KEY}\n"
     )
     netrc.chmod(0o600)
-    assert remote.has_api_key() and wandb_mode("auto") == "online"
-    with pytest.raises(remote.WandbError, match="cannot reach") as error:
-        remote.open_api()
+    assert W.has_api_key() and W.wandb_mode("auto") == "online"
+    with pytest.raises(W.WandbError, match="cannot reach") as error:
+        W.open_api()
     assert FAKE_KEY not in str(error.value)

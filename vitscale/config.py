@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from .errors import UserError
+
 __all__ = [
     "Config",
     "ConfigError",
@@ -42,7 +44,7 @@ __all__ = [
 ]
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """One or more problems with a config; ``problems`` lists each message."""
 
     def __init__(self, problems: list[str], source: str | None = None) -> None:
@@ -495,8 +497,8 @@ def launch_problems(cfg: Config, num_processes: int) -> list[str]:
 
 
 def _check(cfg: Config, problems: list[str]) -> None:
+    from .catalog import check_resolution, parse
     from .data.subsets import parse_count, parse_subset
-    from .models.names import check_resolution, parse
 
     problems.extend(_non_finite(cfg))
     d = cfg.to_dict()

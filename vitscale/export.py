@@ -30,8 +30,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import runfolder as rf
-from .models.names import HybridSpec, ResNetSpec, ViTSpec, parse
+from . import record as rf
+from .catalog import HybridSpec, ResNetSpec, ViTSpec, parse
 
 __all__ = ["FORMATS", "ExportError", "Export", "timm_config", "export_run"]
 

@@ -17,7 +17,7 @@ additions are not counted. Two counts are kept:
   every ViT row of Table 6 within 1% (ViT-B/16: 17.58 G -> 224 exaFLOPs at 7 epochs of
   JFT); for the ResNets the dense count is 3-5% high and the padding-free one is within 2%.
 
-Nothing here builds a model: the counts follow :mod:`vitscale.models.names` layer by layer,
+Nothing here builds a model: the counts follow :mod:`vitscale.catalog` layer by layer,
 mirroring the modules in :mod:`vitscale.models`, and tests hold them against ``numel()``
 and ``FlopCounterMode`` on the built models. Imports no torch.
 """
@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .models.names import HybridSpec, ResNetSpec, ViTSpec, check_resolution, parse
+from .catalog import HybridSpec, ResNetSpec, ViTSpec, check_resolution, parse
 from .paper import JFT_IMAGES, table6
 
 __all__ = ["Count", "count", "pretrain_exaflops", "table6_check", "Table6Row"]

@@ -13,7 +13,7 @@ micro-batch. The trainer makes the same choice on a GPU it can ask. Per process:
   (8), SGD with momentum one (4); ``DistributedDataParallel`` copies the gradients into
   its buckets (Accelerate's default ``gradient_as_bucket_view=False``: 4 more).
 - activations: every tensor autograd saves for the backward pass at the micro-batch,
-  counted layer by layer from :mod:`vitscale.models.names` as the modules in
+  counted layer by layer from :mod:`vitscale.catalog` as the modules in
   :mod:`vitscale.models` save them, in the dtypes autocast gives them; plus the weight
   copies the forward keeps (autocast's bf16 casts; BiT's standardised kernels) and the
   loss's logits. Under CUDA autocast bf16, matmul and convolution inputs are saved in
@@ -38,9 +38,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .catalog import HybridSpec, ResNetSpec, ViTSpec, check_resolution, parse, same_padding
 from .flops import count
-from .models.names import HybridSpec, ResNetSpec, ViTSpec, check_resolution, parse
-from .models.padding import same_padding
 
 __all__ = [
     "MemoryEstimate",

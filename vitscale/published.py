@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from .catalog import parse
 from .flops import count
-from .models.names import parse
 from .paper import JFT_IMAGES, table6
 
 __all__ = ["DATASETS", "DEFAULT_EPOCHS", "Dataset", "Published", "published_compute"]

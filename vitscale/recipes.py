@@ -8,7 +8,7 @@ anything else -> the ImageNet-21k one (single-label, 0.1 dropout). Imports no to
 
 from __future__ import annotations
 
-from .models.names import HybridSpec, ResNetSpec, ViTSpec, parse
+from .catalog import HybridSpec, ResNetSpec, ViTSpec, parse
 
 RECIPES = ("jft", "imagenet21k", "imagenet", "synthetic", "transfer")
 

@@ -11,8 +11,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from vitscale.results import metric_columns
-from vitscale.runfolder import STATUS_DONE
+from vitscale.record import STATUS_DONE
+from vitscale.record.cells import metric_columns
 
 from .. import style
 from . import AGGREGATES

@@ -2,7 +2,7 @@
 
 The paper reports the best ImageNet 5-shot accuracy seen during pre-training (Sec. 4.3,
 Fig. 4); these curves show where that best fell. Input is a history frame
-(:func:`vitscale.results.load_history`: one row per cell and logged step, failed cells
+(:func:`vitscale.record.cells.load_history`: one row per cell and logged step, failed cells
 included, since a curve up to the failure is still informative). One line per model (or
 per value of ``hue``); cells sharing a line and an x value are combined by ``agg``. When
 the cells span several pre-training subsets, each subset gets its own panel (a Fig. 4
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vitscale.runfolder import EXAMPLES_SEEN
+from vitscale.record import EXAMPLES_SEEN
 
 from .. import metrics as M
 from .. import style

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
 
-from vitscale.runfolder import finetune_key
+from vitscale.record import finetune_key
 
 from .. import metrics as M
 from .. import paper, style

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vitscale.runfolder import finetune_key
+from vitscale.record import finetune_key
 
 from .. import metrics as M
 from .. import paper, scaling, style

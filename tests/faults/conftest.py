@@ -28,7 +28,7 @@ import pytest
 import torch
 import yaml
 
-from vitscale import runfolder as rf
+from vitscale import record as rf
 from vitscale.train import checkpoint
 
 from ..conftest import rows_of, tiny_config, weights
@@ -352,7 +352,7 @@ def reference(tmp_path_factory) -> Reference:
         cells = {}
         for seed in (0, 1, 2):
             cells[seed] = tmp / str(seed)
-            assert train(cell_config(seed), cells[seed])["status"] == rf.STATUS_DONE
+            assert train(cell_config(seed), cells[seed]).status == rf.STATUS_DONE
     finally:
         torch.set_num_threads(threads)
     ids = {seed: cell_id(resolve(cell_config(seed))) for seed in cells}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from vitscale import runfolder as rf
+from vitscale import record as rf
 from vitscale.train import checkpoint
 
 from .conftest import (

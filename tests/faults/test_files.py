@@ -10,7 +10,7 @@ import json
 import pytest
 
 from analysis import fixtures
-from vitscale import runfolder as rf
+from vitscale import record as rf
 from vitscale.train import checkpoint
 
 from .conftest import cli, copy_cell, no_traceback

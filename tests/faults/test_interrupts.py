@@ -34,7 +34,7 @@ import signal
 
 import pytest
 
-from vitscale import runfolder as rf
+from vitscale import record as rf
 from vitscale.train import checkpoint
 
 from .conftest import (

@@ -21,7 +21,7 @@ import time
 import pytest
 import yaml
 
-from vitscale import runfolder as rf
+from vitscale import record as rf
 from vitscale.train import checkpoint
 from vitscale.train.signals import SECOND_INTERRUPT_S
 

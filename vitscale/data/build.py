@@ -8,11 +8,11 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from .available import check_available, known_size
+from .indexed import IndexedDataset
 from .registry import SOURCES, SPLITS, default_root, parse_name
 from .subsets import SeededPermutation, SubsetSpec, fewshot_indices, holdout_split, subset_size
 from .subsets import balanced_order as _balanced_order
 from .synthetic import SyntheticImages
-from .views import IndexedView
 from .vocabulary import TASKS
 
 __all__ = [
@@ -72,7 +72,7 @@ def _base(
         return ds
     fraction = SOURCES[source].val_fraction if val_fraction is None else val_fraction
     minitrain, val = holdout_split(len(ds), fraction)
-    return IndexedView(ds, minitrain if split == "minitrain" else val)
+    return IndexedDataset(ds, minitrain if split == "minitrain" else val)
 
 
 def build_dataset(
@@ -141,8 +141,8 @@ def build_dataset(
                 f"{name}: balanced subsets need stored labels; the synthetic classes cycle "
                 "with the index, so plain subsets are already balanced to within sampling noise"
             )
-        return IndexedView(ds, _balanced_order(all_targets(ds), seed=seed)[:m])
-    return IndexedView(ds, SeededPermutation(n, seed), length=m)
+        return IndexedDataset(ds, _balanced_order(all_targets(ds), seed=seed)[:m])
+    return IndexedDataset(ds, SeededPermutation(n, seed), length=m)
 
 
 def build_fewshot(
@@ -161,7 +161,7 @@ def build_fewshot(
     k with the same seed contains the smaller one. Score on ``build_dataset(name, "test")``.
     """
     train = _base(name, "train", root=root, image_size=image_size, augment=False, download=download)
-    return IndexedView(train, fewshot_indices(all_targets(train), shots, seed=seed))
+    return IndexedDataset(train, fewshot_indices(all_targets(train), shots, seed=seed))
 
 
 def finetune_splits(

@@ -76,7 +76,7 @@ def prepare_for_workers(dataset: Dataset) -> None:
     from .synthetic import SyntheticImages
 
     base = dataset
-    while hasattr(base, "base"):  # IndexedView over IndexedView over ... the source
+    while hasattr(base, "base"):  # IndexedDataset over IndexedDataset over ... the source
         base = base.base
     if isinstance(base, SyntheticImages):
         _fused.kernel()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import runfolder as rf
+from .. import record as rf
 from ..config import Config
 from ..data import build_dataset, fewshot_indices
 from .features import EVAL_CACHE_BYTES, Budget, EvalImages, apply, evaluation_sample, labels_of

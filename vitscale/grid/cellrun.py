@@ -26,7 +26,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from .. import runfolder as rf
+from .. import record as rf
+from ..errors import DiskFullError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -137,15 +138,15 @@ def _run_cell(run_dir: Path) -> tuple[int, str]:
             return EXIT_BUSY, "another process is running this cell"
         try:
             result = train(resolve(config), run_dir)
-        except (ConfigError, CheckpointError, rf.DiskFullError) as e:
+        except (ConfigError, CheckpointError, DiskFullError) as e:
             _say(f"{run_dir.name}: {e}", file=sys.stderr)
             return EXIT_FAILED, str(e)
         except Preempted as e:
             _say(f"{run_dir.name}: {e}")
             return EXIT_PREEMPTED, str(e)
-    if result["status"] == rf.STATUS_DONE:
+    if result.done:
         return EXIT_OK, ""
-    return EXIT_FAILED, str(result.get("error") or "failed")
+    return EXIT_FAILED, str(result.error or "failed")
 
 
 def _say(line: str, *, file=None) -> None:

@@ -7,9 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from ..models.names import parse
+from ..catalog import parse
 from .cost import cell_cost
-from .fit import CellFit, apply, fit_grid
+from .placement import Placement, apply_placements, place_grid
 from .plan import plan
 from .profile import Profile, load_profile
 from .spec import Grid, GridError, load_grid
@@ -95,7 +95,7 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
 
     est = profile or Profile(name="default")
     costs = [cell_cost(c, est, dataset_size=dataset_size(c.config)) for c in grid.cells]
-    fits = {f.cell.id: f for f in fit_grid(grid, profile)} if profile else {}
+    fits = {f.cell.id: f for f in place_grid(grid, profile)} if profile else {}
     problems = [p for f in fits.values() for p in f.problems]
     todo = [c for c in costs if actions[c.cell.id] == "submit"]
     total = {
@@ -191,7 +191,7 @@ def _usable_gib(profile: Profile) -> float:
     return usable_bytes(profile.gpu_mem_gb * GiB) / GiB
 
 
-def _memory_cells(f: CellFit | None) -> str:
+def _memory_cells(f: Placement | None) -> str:
     if f is None:
         return ""
     micro = f"{f.micro_batch or '-'}/{f.per_process_batch}"
@@ -201,7 +201,7 @@ def _memory_cells(f: CellFit | None) -> str:
     return f" {f.memory_gib:>6.1f}{mark or ' '} {micro:>9}"
 
 
-def _memory_json(f: CellFit | None) -> dict | None:
+def _memory_json(f: Placement | None) -> dict | None:
     if f is None:
         return None
     return {
@@ -270,10 +270,10 @@ def grid(
         raise ValueError("--executor slurm needs --profile slurm/profiles/NAME.yaml")
     _validate_for_running(g, profile, problems)
     if profile is not None:  # micro-batches that fit the profile's GPUs where the grid gives none
-        fits = fit_grid(g, profile)
+        fits = place_grid(g, profile)
         if problems := [p for f in fits for p in f.problems]:
             raise GridError(problems)
-        apply(fits)
+        apply_placements(fits)
     if executor == "local":
         from .local import DEFAULT_STOP_TIMEOUT, Interrupted, run_local
 

@@ -39,8 +39,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .. import runfolder as rf
-from ..runfolder import LOG
+from .. import record as rf
+from ..record import LOG
 from .cellrun import EXIT_OK, EXIT_PREEMPTED, PARENT_ENV
 from .plan import Planned, prepare
 
@@ -215,8 +215,7 @@ def _record_failure(item: Planned, reason: str) -> None:
             steps = [r[rf.STEP] for r in rf.iter_metrics(item.run_dir / rf.METRICS)]
             last = max(steps, default=None)
         failed_step = None if last is None else last + 1
-        result = rf.failure_result(config, error=reason, failed_step=failed_step)
-        rf.write_json_atomic(path, result)
+        rf.RunResult.failure(config, error=reason, failed_step=failed_step).write(item.run_dir)
     except (OSError, ValueError):  # a full disk: the grid's own output still says it
         pass
 

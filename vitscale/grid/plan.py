@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import runfolder as rf
+from .. import record as rf
 from .cellrun import is_locked
 from .spec import Cell, Grid
 

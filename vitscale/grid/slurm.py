@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import runfolder as rf
-from ..runfolder import LOG
+from .. import record as rf
+from ..record import LOG
 from .cellrun import EXIT_OK, EXIT_PREEMPTED, is_done
 from .local import cell_command
 from .plan import JOB_FILE, Planned, plan, prepare

@@ -73,7 +73,7 @@ class Grid:
 
     def resources_for(self, cell: Cell) -> dict[str, Any]:
         """Resource sizes: ``default`` <- family (ViT/ResNet/Hybrid) <- exact model name."""
-        from ..models.names import family
+        from ..catalog import family
 
         name = cell.config.model.name
         out = dict(self.resources.get("default", {}))

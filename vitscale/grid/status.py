@@ -1,6 +1,6 @@
 """``vitscale status``: per cell done / running / pending / failed, last step, best few-shot.
 
-The run folders say most of it (:func:`vitscale.results.cell_state`); two live facts
+The run folders say most of it (:func:`vitscale.record.cells.cell_state`); two live facts
 refine a cell without a result: whether a process holds its lock (running here), and,
 for SLURM cells, the scheduler's state of its job (queued, running, requeued).
 """
@@ -11,8 +11,14 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import runfolder as rf
-from ..results import STATUS_PENDING, STATUS_RUNNING, RunFolderError, cell_state, find_run_folders
+from .. import record as rf
+from ..record.cells import (
+    STATUS_PENDING,
+    STATUS_RUNNING,
+    RunFolderError,
+    cell_state,
+    find_run_folders,
+)
 from .cellrun import is_locked
 from .plan import JOB_FILE
 

@@ -1,19 +1,11 @@
-"""The model zoo: ViT, BiT ResNet-v2 and R50+ViT hybrids behind one registry of names.
-
-``create_model`` and the module classes need torch and are loaded on first use (PEP 562),
-so ``vitscale.models.names`` (parse, list_models) stays importable without torch.
-"""
+"""The model zoo: ViT, BiT ResNet-v2 and R50+ViT hybrids, built from the names of
+:mod:`vitscale.catalog` (which decodes them without torch)."""
 
 from __future__ import annotations
-
-from .names import family, list_models, parse
 
 __all__ = [
     "create_model",
     "load_pretrained",
-    "list_models",
-    "parse",
-    "family",
     "resize_pos_embed",
 ]
 
@@ -24,7 +16,7 @@ def __getattr__(name: str):
 
         return create_model
     if name == "load_pretrained":
-        from .pretrained import load_pretrained
+        from .factory import load_pretrained
 
         return load_pretrained
     if name == "resize_pos_embed":

@@ -8,7 +8,16 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from .names import HybridSpec, ResNetSpec, ViTSpec, check_resolution, parse
+from ..catalog import HybridSpec, ResNetSpec, ViTSpec, check_resolution, parse
+from .pretrained import (
+    Checkpoint,
+    PretrainedError,
+    Source,
+    load_into,
+    pool_for,
+    read_checkpoint,
+    shape_error,
+)
 from .resnet import ResNetTrunk, ResNetV2
 from .vit import VisionTransformer
 
@@ -26,7 +35,7 @@ def create_model(
     pre_logits: bool | None = None,
     pretrained: str | os.PathLike | Mapping[str, torch.Tensor] | None = None,
 ) -> nn.Module:
-    """Build the model a registry name describes (see :mod:`vitscale.models.names`).
+    """Build the model a registry name describes (see :mod:`vitscale.catalog`).
 
     ``pool`` is ``"token"`` (class token, the paper's ViT default) or ``"gap"`` (global
     average pooling); ``None`` picks the family's paper default: token for ViT and
@@ -45,8 +54,6 @@ def create_model(
     as the paper's (timm's convention for a new label set).
     """
     if pretrained is not None:
-        from .pretrained import build_pretrained
-
         return build_pretrained(
             name,
             pretrained,
@@ -94,4 +101,120 @@ def create_model(
         dropout=dropout,
         representation=pre_logits is not False,
         **stem_kwargs,
+    )
+
+
+# --------------------------------------------------------------------------- published checkpoints
+
+HEAD_CHOICES = ("keep", "drop")
+
+
+def _build(
+    ckpt: Checkpoint,
+    *,
+    num_classes: int,
+    image_size: int,
+    head: str,
+    pool: str | None,
+    dropout: float,
+    keep_classifier: bool,
+) -> nn.Module:
+    with torch.device("meta"):
+        model = create_model(
+            ckpt.name,
+            num_classes=num_classes,
+            image_size=image_size,
+            head=head,
+            pool=pool_for(ckpt, pool),
+            dropout=dropout,
+            pre_logits=head == "pretrain" and ckpt.has_pre_logits,
+        )
+    return load_into(model, ckpt, keep_classifier=keep_classifier)
+
+
+def build_pretrained(
+    name: str,
+    source: Source | Checkpoint,
+    *,
+    num_classes: int,
+    image_size: int,
+    head: str = "pretrain",
+    pool: str | None = None,
+    dropout: float = 0.0,
+) -> nn.Module:
+    """``create_model(name, ..., pretrained=source)``: the model asked for, with the
+    checkpoint's trunk; the classifier kept when it has ``num_classes`` outputs over the
+    same features (the pre-logits layer, if any, is kept by a pre-training head and
+    dropped by a fine-tuning head, paper Sec. 3.2), else freshly initialised."""
+    ckpt = source if isinstance(source, Checkpoint) else read_checkpoint(name, source)
+    if pool is None and ckpt.pool is not None:
+        pool = "token"  # as create_model without a checkpoint: the family's default, said
+    same_features = head == "pretrain" or not ckpt.has_pre_logits
+    keep = same_features and ckpt.num_classes == num_classes
+    return _build(
+        ckpt,
+        num_classes=num_classes,
+        image_size=image_size,
+        head=head,
+        pool=pool,
+        dropout=dropout,
+        keep_classifier=keep,
+    )
+
+
+def load_pretrained(
+    name: str,
+    source: Source,
+    *,
+    head: str = "keep",
+    num_classes: int | None = None,
+    image_size: int | None = None,
+    pool: str | None = None,
+    dropout: float = 0.0,
+) -> nn.Module:
+    """A published (or exported) checkpoint as the registry model ``name``.
+
+    ``head="keep"``: the checkpoint's head as it is (its pre-logits layer if it has one,
+    its classifier and number of classes). ``head="drop"``: the paper's fine-tuning
+    start (Sec. 3.2): pre-logits and classifier dropped, one zero-initialised linear
+    layer of ``num_classes`` outputs.
+
+    ``image_size`` defaults to the checkpoint's own resolution (224 for BiT, whose weights
+    do not say); another one resizes the position embedding as the official code does.
+
+    >>> model = load_pretrained("ViT-B/16", "ViT-B_16.npz", head="drop", num_classes=10,
+    ...                         image_size=384)  # doctest: +SKIP
+    """
+    if head not in HEAD_CHOICES:
+        raise ValueError(f"unknown head {head!r}; valid: {', '.join(map(repr, HEAD_CHOICES))}")
+    ckpt = read_checkpoint(name, source)
+    if image_size is None:
+        image_size = ckpt.image_size or 224
+    if head == "drop":
+        if num_classes is None:
+            raise ValueError("head='drop' starts a new classifier: give num_classes")
+        return _build(
+            ckpt,
+            num_classes=num_classes,
+            image_size=image_size,
+            head="finetune",
+            pool=pool,
+            dropout=dropout,
+            keep_classifier=False,
+        )
+    if ckpt.num_classes is None:
+        raise PretrainedError(
+            f"{ckpt.source} has no classifier to keep; load it with head='drop' and num_classes"
+        )
+    if num_classes is not None and num_classes != ckpt.num_classes:
+        w = ckpt.state["head.classifier.weight"]
+        raise shape_error(ckpt, "head.classifier.weight", w.shape, (num_classes, w.shape[1]))
+    return _build(
+        ckpt,
+        num_classes=ckpt.num_classes,
+        image_size=image_size,
+        head="pretrain",
+        pool=pool,
+        dropout=dropout,
+        keep_classifier=True,
     )

@@ -1,4 +1,5 @@
-"""Published checkpoints into our models: ``load_pretrained`` and ``create_model(pretrained=)``.
+"""Published checkpoints read into our layout, and loaded into a model built for them
+(:func:`vitscale.models.load_pretrained` and ``create_model(pretrained=)`` build it).
 
 Reads timm and Hugging Face state dicts (``.pth``, ``.pt``, ``.bin``, ``.safetensors``,
 or a timm / Hugging Face model folder holding one), the official ``.npz`` files of
@@ -29,17 +30,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from .factory import create_model
+from ..catalog import HybridSpec, ViTSpec, parse
 from .layouts import LayoutError, to_vitscale
-from .names import HybridSpec, ViTSpec, parse
 
 __all__ = [
     "PretrainedError",
     "Checkpoint",
     "read_weights",
     "read_checkpoint",
-    "load_pretrained",
-    "build_pretrained",
+    "pool_for",
+    "load_into",
+    "shape_error",
 ]
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,6 @@ SUFFIXES = (".safetensors", ".npz", *TORCH_SUFFIXES)
 FOLDER_FILES = ("model.safetensors", "pytorch_model.bin", "model.pth", "model.npz")
 # Containers around a state dict: timm's train checkpoints, Lightning, our run checkpoints.
 _WRAPPERS = ("state_dict", "model", "model_state_dict", "module", "params", "state_dict_ema")
-HEAD_CHOICES = ("keep", "drop")
 
 
 class PretrainedError(ValueError):
@@ -221,7 +221,7 @@ def read_checkpoint(name: str, source: Source) -> Checkpoint:
 # ----------------------------------------------------------------------------- loading
 
 
-def _check_pool(ckpt: Checkpoint, pool: str | None) -> str | None:
+def pool_for(ckpt: Checkpoint, pool: str | None) -> str | None:
     if ckpt.pool is not None and pool is not None and pool != ckpt.pool:
         has = "has a class token" if ckpt.pool == "token" else "has no class token"
         raise PretrainedError(
@@ -231,7 +231,7 @@ def _check_pool(ckpt: Checkpoint, pool: str | None) -> str | None:
     return ckpt.pool if ckpt.pool is not None else pool
 
 
-def _shape_error(ckpt: Checkpoint, key: str, theirs, ours) -> PretrainedError:
+def shape_error(ckpt: Checkpoint, key: str, theirs, ours) -> PretrainedError:
     return PretrainedError(
         f"{ckpt.source} ({ckpt.layout} layout) does not fit {ckpt.name}: "
         f"{ckpt.key(key)} has shape {tuple(theirs)} in the checkpoint, {tuple(ours)} in the model"
@@ -243,7 +243,7 @@ def _resizable(key: str, theirs: torch.Size, ours: torch.Size) -> bool:
     return key == "pos_embed" and theirs[-1] == ours[-1] and len(theirs) == len(ours) == 3
 
 
-def _load(model: nn.Module, ckpt: Checkpoint, *, keep_classifier: bool) -> nn.Module:
+def load_into(model: nn.Module, ckpt: Checkpoint, *, keep_classifier: bool) -> nn.Module:
     """Assign ``ckpt``'s tensors to ``model`` (built on the meta device, so nothing is
     initialised twice); every parameter must come from the checkpoint except the
     classifier when ``keep_classifier`` is False, which gets the paper's fresh init."""
@@ -265,7 +265,7 @@ def _load(model: nn.Module, ckpt: Checkpoint, *, keep_classifier: bool) -> nn.Mo
             )
         value = ckpt.state[key]
         if value.shape != target.shape and not _resizable(key, value.shape, target.shape):
-            raise _shape_error(ckpt, key, value.shape, target.shape)
+            raise shape_error(ckpt, key, value.shape, target.shape)
         state[key] = value
     dropped = [k for k in ckpt.state if k not in state and k not in fresh]
     unexpected = [k for k in dropped if not k.startswith("head.")]
@@ -285,114 +285,3 @@ def _load(model: nn.Module, ckpt: Checkpoint, *, keep_classifier: bool) -> nn.Mo
     meta = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     assert not meta, f"left uninitialised: {meta}"  # a bug here, not the user's
     return model
-
-
-def _build(
-    ckpt: Checkpoint,
-    *,
-    num_classes: int,
-    image_size: int,
-    head: str,
-    pool: str | None,
-    dropout: float,
-    keep_classifier: bool,
-) -> nn.Module:
-    with torch.device("meta"):
-        model = create_model(
-            ckpt.name,
-            num_classes=num_classes,
-            image_size=image_size,
-            head=head,
-            pool=_check_pool(ckpt, pool),
-            dropout=dropout,
-            pre_logits=head == "pretrain" and ckpt.has_pre_logits,
-        )
-    return _load(model, ckpt, keep_classifier=keep_classifier)
-
-
-def build_pretrained(
-    name: str,
-    source: Source | Checkpoint,
-    *,
-    num_classes: int,
-    image_size: int,
-    head: str = "pretrain",
-    pool: str | None = None,
-    dropout: float = 0.0,
-) -> nn.Module:
-    """``create_model(name, ..., pretrained=source)``: the model asked for, with the
-    checkpoint's trunk; the classifier kept when it has ``num_classes`` outputs over the
-    same features (the pre-logits layer, if any, is kept by a pre-training head and
-    dropped by a fine-tuning head, paper Sec. 3.2), else freshly initialised."""
-    ckpt = source if isinstance(source, Checkpoint) else read_checkpoint(name, source)
-    if pool is None and ckpt.pool is not None:
-        pool = "token"  # as create_model without a checkpoint: the family's default, said
-    same_features = head == "pretrain" or not ckpt.has_pre_logits
-    keep = same_features and ckpt.num_classes == num_classes
-    return _build(
-        ckpt,
-        num_classes=num_classes,
-        image_size=image_size,
-        head=head,
-        pool=pool,
-        dropout=dropout,
-        keep_classifier=keep,
-    )
-
-
-def load_pretrained(
-    name: str,
-    source: Source,
-    *,
-    head: str = "keep",
-    num_classes: int | None = None,
-    image_size: int | None = None,
-    pool: str | None = None,
-    dropout: float = 0.0,
-) -> nn.Module:
-    """A published (or exported) checkpoint as the registry model ``name``.
-
-    ``head="keep"``: the checkpoint's head as it is (its pre-logits layer if it has one,
-    its classifier and number of classes). ``head="drop"``: the paper's fine-tuning
-    start (Sec. 3.2): pre-logits and classifier dropped, one zero-initialised linear
-    layer of ``num_classes`` outputs.
-
-    ``image_size`` defaults to the checkpoint's own resolution (224 for BiT, whose weights
-    do not say); another one resizes the position embedding as the official code does.
-
-    >>> model = load_pretrained("ViT-B/16", "ViT-B_16.npz", head="drop", num_classes=10,
-    ...                         image_size=384)  # doctest: +SKIP
-    """
-    if head not in HEAD_CHOICES:
-        raise ValueError(f"unknown head {head!r}; valid: {', '.join(map(repr, HEAD_CHOICES))}")
-    ckpt = read_checkpoint(name, source)
-    if image_size is None:
-        image_size = ckpt.image_size or 224
-    if head == "drop":
-        if num_classes is None:
-            raise ValueError("head='drop' starts a new classifier: give num_classes")
-        return _build(
-            ckpt,
-            num_classes=num_classes,
-            image_size=image_size,
-            head="finetune",
-            pool=pool,
-            dropout=dropout,
-            keep_classifier=False,
-        )
-    if ckpt.num_classes is None:
-        raise PretrainedError(
-            f"{ckpt.source} has no classifier to keep; load it with head='drop' and num_classes"
-        )
-    if num_classes is not None and num_classes != ckpt.num_classes:
-        w = ckpt.state["head.classifier.weight"]
-        raise _shape_error(ckpt, "head.classifier.weight", w.shape, (num_classes, w.shape[1]))
-    return _build(
-        ckpt,
-        num_classes=ckpt.num_classes,
-        image_size=image_size,
-        head="pretrain",
-        pool=pool,
-        dropout=dropout,
-        keep_classifier=True,
-    )

@@ -36,9 +36,8 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+from ..catalog import ResNetSpec, same_padding
 from .heads import Head
-from .names import ResNetSpec
-from .padding import same_padding
 
 __all__ = ["StdConv2d", "SameStdConv2d", "ResNetV2", "ResNetTrunk"]
 
@@ -83,7 +82,7 @@ class StdConv2d(nn.Conv2d):
 class SameStdConv2d(StdConv2d):
     """The hybrid trunk's convolution (vision_transformer ``models_resnet.StdConv``):
     ``(w - mean) / (std + eps)`` and flax's "SAME" padding, worked out from the input size
-    (:func:`~vitscale.models.padding.same_padding`)."""
+    (:func:`~vitscale.catalog.same_padding`)."""
 
     def __init__(
         self, in_channels: int, out_channels: int, kernel_size: int, *, stride: int = 1

@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import runfolder as rf
+from .. import record as rf
+from ..errors import DiskFullError, disk_full_message, is_disk_full
 
 PREFIX = rf.CHECKPOINT_PREFIX
 TMP_PREFIX = ".tmp-"
@@ -221,7 +222,7 @@ def save(
             os.rename(tmp, final)
             _fsync_dir(directory)
     except OSError as e:
-        if not rf.is_disk_full(e):
+        if not is_disk_full(e):
             raise
         shutil.rmtree(tmp, ignore_errors=True)  # the partial checkpoint: its room back
         kept = (
@@ -230,8 +231,8 @@ def save(
             if previous is not None and previous != final
             else "no earlier checkpoint: free space and run again to start the cell over"
         )
-        raise rf.DiskFullError(
-            rf.disk_full_message(e, what=f"checkpoint {final} ({e.filename})", kept=kept)
+        raise DiskFullError(
+            disk_full_message(e, what=f"checkpoint {final} ({e.filename})", kept=kept)
         ) from e
     barrier()
     return final

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import runfolder as rf
+from .. import record as rf
 from . import checkpoint
 from .signals import Preempted, PreemptionFlag
 

@@ -1,6 +1,6 @@
 """Pre-train one cell, evaluate its transfer, write its run folder. Read top to bottom.
 
-    train(config, workdir) -> result dict (also written to <workdir>/result.json)
+    train(config, workdir) -> RunResult (also written to <workdir>/result.json)
 
 0. Preemption signals are handled from the start (before loader workers fork).
 1. Resolve and validate the config; build the Accelerator (devices, processes, precision).
@@ -29,20 +29,21 @@ import torch
 import torch.nn.functional as F
 
 from .. import flops
-from .. import runfolder as rf
+from .. import record as rf
 from ..config import Config, ConfigError, cell_id, length_checks, resolve, to_steps
 from ..data import DatasetFormatError, DatasetNotFoundError, build_dataset, build_loader
+from ..errors import DiskFullError, disk_full_message, is_disk_full
 from ..evals.transfer import TransferEvaluator
 from ..models import create_model
 from ..preflight import dataset_size, preflight
 from ..published import published_compute
-from ..tracking import Tracker
 from . import checkpoint, finetune_progress
 from .optim import build_adamw, build_schedule
 from .runtime import make_accelerator, mfu, peak_flops, process_group_timeout, release
 from .signals import Preempted, PreemptionFlag, agreement_group
 from .speed import channels_last_for, compile_model, micro_batch_for, num_workers_for
 from .timing import Stopwatch
+from .tracking import Tracker
 
 __all__ = ["train", "Preempted", "TrainingFailed"]
 
@@ -75,13 +76,13 @@ def _micro_batches(images: torch.Tensor, targets: torch.Tensor, size: int):
         yield images[start : start + size], targets[start : start + size]
 
 
-def train(config: dict | Config, workdir: str | Path) -> dict[str, Any]:
+def train(config: dict | Config, workdir: str | Path) -> rf.RunResult:
     # 0. SIGUSR1/SIGTERM raise a flag from here on: loader workers forked later ignore them.
     with PreemptionFlag() as preemption:
         return _train(config, Path(workdir), preemption)
 
 
-def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> dict[str, Any]:
+def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> rf.RunResult:
     started = time.time()
     setup_started = time.perf_counter()
 
@@ -223,8 +224,7 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
     except Exception as e:  # noqa: BLE001 - none can be read: the cell fails, saying which
         error = str(e) if isinstance(e, checkpoint.CheckpointError) else f"{latest}: {e}"
         if is_main:
-            failed = rf.failure_result(resolved, error=error, failed_step=None)
-            rf.write_json_atomic(run_dir / rf.RESULT, failed)
+            rf.RunResult.failure(resolved, error=error, failed_step=None).write(run_dir)
         raise checkpoint.CheckpointError(error) from None
     for problem in skipped:
         accelerator.print(f"skipped a checkpoint that cannot be resumed from: {problem}")
@@ -314,41 +314,41 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
         tuned=None,
     ):
         wall = progress["elapsed_s"] + time.time() - started
-        result = {
-            "status": status,
-            "error": error,
-            "failed_step": failed_step,
-            "cell_id": cid,
-            "model": name,
-            "steps": step,
-            "examples_seen": examples_seen(step),
-            "pretrain_exaflops": exaflops(step),
-            "params": sum(p.numel() for p in unwrapped.parameters()),
-            "wall_clock_s": wall,
-            "device_hours": wall * world / 3600,
-            "final": final or {},
-            "best": dict(progress["best"]),
-            "finetune": tuned or {},
-            "precision": precision,
-            "num_processes": world,
-            "restarts": progress["restarts"],
-            "time_s": dict(watch.totals),
-            "skipped_samples": progress["skipped_samples"],
-            "skipped": progress["skipped"],
-            "published": published.as_dict() if published else None,
-        }
+        result = rf.RunResult(
+            status=status,
+            error=error,
+            failed_step=failed_step,
+            cell_id=cid,
+            model=name,
+            steps=step,
+            examples_seen=examples_seen(step),
+            pretrain_exaflops=exaflops(step),
+            params=sum(p.numel() for p in unwrapped.parameters()),
+            wall_clock_s=wall,
+            device_hours=wall * world / 3600,
+            final=final or {},
+            best=dict(progress["best"]),
+            finetune=tuned or {},
+            precision=precision,
+            num_processes=world,
+            restarts=progress["restarts"],
+            time_s=dict(watch.totals),
+            skipped_samples=progress["skipped_samples"],
+            skipped=progress["skipped"],
+            published=published.as_dict() if published else None,
+        )
         if is_main:
             try:
-                rf.write_json_atomic(run_dir / rf.RESULT, result)
+                result.write(run_dir)
             except OSError as e:
                 tracker.close(failed=True)
                 if status != rf.STATUS_DONE:  # the failure being recorded is the news
                     print(f"{cid}: could not write {rf.RESULT}: {e}", file=sys.stderr)
                     return result
-                if not rf.is_disk_full(e):
+                if not is_disk_full(e):
                     raise
-                raise rf.DiskFullError(
-                    rf.disk_full_message(
+                raise DiskFullError(
+                    disk_full_message(
                         e,
                         kept="training is complete and its last checkpoint is kept: free "
                         "space and run again to write the result",
@@ -516,8 +516,8 @@ def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> 
     except BaseException as e:
         error = rf.describe_failure(e)
         finish(rf.STATUS_FAILED, error=error, failed_step=step + 1, final=final_metrics)
-        if rf.is_disk_full(e):  # said in plain words wherever it is reported
-            raise rf.DiskFullError(error) from e
+        if is_disk_full(e):  # said in plain words wherever it is reported
+            raise DiskFullError(error) from e
         raise
     if tuned:
         final_metrics |= {rf.finetune_key(ds): acc for ds, acc in tuned.items()}

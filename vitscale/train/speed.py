@@ -21,10 +21,10 @@ import os
 import torch
 
 from .. import memory
+from ..catalog import family
 from ..config import Config, ConfigError
 from ..data.workers import auto_num_workers
 from ..flops import count
-from ..models.names import family
 from .runtime import resolve_precision
 
 

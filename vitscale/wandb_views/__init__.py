@@ -1,6 +1,6 @@
 """W&B as the study's live dashboard (``vitscale wandb ...``).
 
-The trainer mirrors each cell into one W&B run (:mod:`vitscale.tracking`); this package
+The trainer mirrors each cell into one W&B run (:mod:`vitscale.train.tracking`); this package
 turns a grid's runs into what a researcher watches and shares:
 
 - :mod:`.study`: which grid, cells and metrics a view is about, read from a grid file or

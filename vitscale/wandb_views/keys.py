@@ -1,15 +1,11 @@
-"""The W&B names of what the trainer logs, in one place, and the keys a built view names.
+"""The keys a built view names, checked against what a cell's W&B run holds.
 
-A cell's W&B run (:class:`vitscale.tracking.Tracker`) holds:
-
-- history: the ``metrics.jsonl`` rows under the same names (``examples_seen``,
-  ``compute/exaflops``, ``train/loss``, ``fewshot/<dataset>/<k>shot`` ...);
-- config: the resolved ``config.json`` (``model.name``, ``data.subset``,
-  ``data.num_examples`` ...);
-- summary: ``result.json`` flattened by :func:`summary_from_result` (``best/<metric>``,
-  ``final/<metric>``, ``finetune/<dataset>/top1``, ``pretrain_exaflops``,
-  ``device_hours``, ``restarts`` ...), and from the start of the run the model's
-  :func:`identity` (``family``, ``size``, ``patch``) for the run table.
+A cell's W&B run (:class:`vitscale.train.tracking.Tracker`) holds the ``metrics.jsonl``
+rows as history, the resolved config as config, and as summary the run's
+:class:`~vitscale.record.result.RunResult` (:meth:`~vitscale.record.result.RunResult.to_summary`:
+``best/<metric>``, ``final/<metric>``, ``finetune/<dataset>/top1``,
+``pretrain_exaflops``, ``device_hours``, ``restarts`` ...) and, from the start of the
+run, the model's identity (:data:`vitscale.record.wandb.IDENTITY`).
 
 :func:`spec_keys` reads back every history, summary and config key a workspace or report
 spec (the JSON that is sent to W&B) refers to, so tests check them against what a real
@@ -23,72 +19,20 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import runfolder as rf
+from ..record import BEST
 
-__all__ = [
-    "BEST",
-    "FINAL",
-    "EXAFLOPS",
-    "DEVICE_HOURS",
-    "RESTARTS",
-    "STATUS",
-    "IDENTITY",
-    "best",
-    "summary_from_result",
-    "identity",
-    "run_name",
-    "SpecKeys",
-    "spec_keys",
-]
+__all__ = ["EXAFLOPS", "DEVICE_HOURS", "RESTARTS", "STATUS", "best", "SpecKeys", "spec_keys"]
 
-BEST = "best/"  # best value during training (Fig. 4's early stopping)
-FINAL = "final/"  # last logged value
+# Summary keys the views show: RunResult's field names.
 EXAFLOPS = "pretrain_exaflops"  # total pre-training compute, paper convention (Fig. 5's x)
 DEVICE_HOURS = "device_hours"
 RESTARTS = "restarts"
 STATUS = "status"
-IDENTITY = ("family", "size", "patch")  # summary keys set when the run starts
 
 
 def best(metric: str) -> str:
     """Summary key of a metric's best value: ``best/fewshot/<dataset>/<k>shot``."""
     return BEST + metric
-
-
-def summary_from_result(result: Mapping[str, Any]) -> dict[str, Any]:
-    """result.json as the flat W&B summary: ``best``/``final`` entries under ``best/`` and
-    ``final/``, fine-tuning accuracies as ``finetune/<dataset>/top1`` (the metric name
-    everywhere else), other dicts (``time_s``) as ``<key>/<entry>``."""
-    flat: dict[str, Any] = {}
-    for key, value in result.items():
-        if key == "finetune" and isinstance(value, Mapping):
-            flat.update({rf.finetune_key(ds): v for ds, v in value.items()})
-        elif isinstance(value, Mapping):
-            flat.update({f"{key}/{k}": v for k, v in value.items()})
-        else:
-            flat[key] = value
-    return flat
-
-
-def identity(model: str) -> dict[str, Any]:
-    """``family``, ``size`` and ``patch`` of a model name, as the analysis frames have them
-    (:func:`vitscale.results.model_columns`); ``patch`` only where the model has one."""
-    from ..results import model_columns
-
-    family, size, patch = model_columns(model)
-    return {k: v for k, v in zip(IDENTITY, (family, size, patch), strict=True) if v is not None}
-
-
-def run_name(config: Mapping[str, Any], cell_id: str) -> str:
-    """A cell's W&B display name, what chart legends show: model, subset, seed when it is
-    not 0, and the cell id (the run id) so it stays unique: ``ViT-B/16 30M 1a2b3c4d5e``."""
-    parts = [str(config["model"]["name"])]
-    subset = (config.get("data") or {}).get("subset")
-    if subset is not None:
-        parts.append(str(subset))
-    if config.get("seed"):
-        parts.append(f"seed {config['seed']}")
-    return " ".join([*parts, cell_id])
 
 
 # --------------------------------------------------------------------------- reading specs

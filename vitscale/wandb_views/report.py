@@ -18,7 +18,6 @@ again.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -180,24 +179,21 @@ def build_assets(
     study: Study, *, out: Path, shots: int = 5, grid_file: Path | None = None
 ) -> ReportAssets:
     """Draw the figures into ``out`` and compute the table and the verdict."""
-    from analysis import cli as acli
     from analysis import paper, summary, tables
-    from vitscale.results import load_runs
-    from vitscale.runfolder import STATUS_DONE
+    from analysis.draw import FigureOptions, compute_metrics, draw_figures
+
+    from ..record import STATUS_DONE
+    from ..record.cells import load_runs
 
     grid_path, grid_text = check_inputs(study, grid_file=grid_file)
     cells, _ = load_runs(study.run_dirs)
     done = cells[cells["status"] == STATUS_DONE]
 
-    parser = argparse.ArgumentParser()
-    acli.configure_figures(parser)
-    args = parser.parse_args(
-        ["--out", str(out), "--shots", str(shots), "--curves", "--format", "png"]
-    )
-    written = acli.draw_figures(cells, args)
+    options = FigureOptions(out=out, shots=shots, curves=True, formats=("png",))
+    written = draw_figures(cells, options)
     figures = tuple(p for p in written if p.suffix == ".png")
 
-    frame, metrics = acli.compute_metrics(done, metric=None, shots=shots)
+    frame, metrics = compute_metrics(done, metric=None, shots=shots)
     table = tables.table6(  # as `vitscale figures` writes it: each set's largest subset
         summary.fig5_cells(frame), metrics=metrics or None, reference=paper.table6_frame()
     )

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import runfolder as rf
+from .. import record as rf
+from ..errors import UserError
 
 __all__ = ["CellInfo", "Study", "StudyError", "load_study", "from_grid_file", "from_runs"]
 
 
-class StudyError(ValueError):
+class StudyError(UserError, ValueError):
     """A grid file or run folders that do not describe one grid."""
 
 
@@ -54,7 +55,7 @@ class Study:
 
 
 def _cell(config: Mapping[str, Any], cell_id: str, status: str | None) -> CellInfo:
-    from ..results import model_columns
+    from ..catalog import model_columns
 
     model = config["model"]["name"]
     family, size, patch = model_columns(model)
@@ -101,7 +102,7 @@ def from_grid_file(path: str | os.PathLike, *, overrides: Sequence[str] = ()) ->
 
 def from_runs(paths: Sequence[str | os.PathLike]) -> Study:
     """The cells of run folders (a grid folder, or run folders of one grid)."""
-    from ..results import RunFolderError, cell_status, find_run_folders
+    from ..record.cells import RunFolderError, cell_status, find_run_folders
 
     try:
         folders, _ = find_run_folders(paths)

@@ -25,7 +25,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from .. import runfolder as rf
+from .. import record as rf
+from ..record.wandb import IDENTITY
 from . import keys as K
 from .study import Study
 
@@ -110,7 +111,7 @@ def fig5_panels(study: Study) -> list:
         "fig5",
         [
             wr.ScatterPlot(
-                title=f"Fig. 5: {_label(metric.removeprefix(K.BEST))} vs pre-training exaFLOPs",
+                title=f"Fig. 5: {_label(metric.removeprefix(rf.BEST))} vs pre-training exaFLOPs",
                 x=wr.SummaryMetric(K.EXAFLOPS),
                 y=wr.SummaryMetric(metric),
                 log_x=True,
@@ -148,7 +149,7 @@ def table_columns(study: Study) -> list[str]:
     return [
         "run:displayName",
         "config:model.name.value",
-        *(f"summary:{k}" for k in K.IDENTITY),
+        *(f"summary:{k}" for k in IDENTITY),
         "config:data.subset.value",
         "config:data.num_examples.value",
         "run:state",

@@ -1,15 +1,15 @@
 """Run folders -> one tidy pandas DataFrame (one row per cell), and per-step histories.
 
-This is the single reader of the run-folder contract (:mod:`vitscale.runfolder`,
-../shared/DESIGN.md "Contracts"): ``analysis`` draws from the frames built here and
-``vitscale status`` reuses :func:`cell_state`. It imports no torch, so results can be
-studied on a laptop.
+The one reader of run folders (:mod:`vitscale.record.folder`, docs/design.md "The run
+folder"): ``analysis`` draws from the frames built here and ``vitscale status`` reuses
+:func:`cell_state`; the W&B loaders (:mod:`vitscale.record.wandb`) build their rows with
+:func:`cell_record` too. It imports no torch, so results can be studied on a laptop.
 
 Columns of the cells frame (:data:`BASE_COLUMNS` first, then metrics, then config):
 
 - identity: ``source`` ("runs", "wandb" or "paper"), ``path``, ``cell_id``, ``grid``,
   ``status`` (:data:`STATUSES`), ``error``;
-- model, decoded from its name (:mod:`vitscale.models.names`): ``model``, ``family``
+- model, decoded from its name (:func:`vitscale.catalog.model_columns`): ``model``, ``family``
   ("ViT", "ResNet", "Hybrid"), ``size`` ("B", "L" ... for ViTs and hybrids, "R50x1" ... for
   ResNets), ``patch`` (ViT patch size; a hybrid's total downsampling, the number after its
   slash; empty for ResNets);
@@ -25,8 +25,8 @@ Columns of the cells frame (:data:`BASE_COLUMNS` first, then metrics, then confi
   - ``<metric>``: the *best* value seen during training of every accuracy metric
     (``result["best"]``), e.g. ``fewshot/imagenet/5shot``, ``upstream/top1``. Best is
     what Fig. 4 reports (early stopping on the few-shot accuracy, paper Sec. 4.3);
-  - ``final:<metric>``: the last logged value of every metric (``result["final"]``),
-    e.g. ``final:train/loss``, ``final:fewshot/imagenet/5shot``;
+  - ``final/<metric>``: the last logged value of every metric (``result["final"]``),
+    e.g. ``final/train/loss``, ``final/fewshot/imagenet/5shot``;
   - ``finetune/<dataset>/top1``: test accuracy after fine-tuning (``result["finetune"]``);
 
 - ``config.<dotted.path>``: every entry of the resolved config.json (lists as tuples),
@@ -47,23 +47,21 @@ import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from . import runfolder as rf
-from .models.names import HybridSpec, ResNetSpec, parse
+from .. import record as rf
+from ..catalog import model_columns
+from .result import RESULT_STATUSES, RunResult
 
 __all__ = [
     "STATUS_RUNNING",
     "STATUS_PENDING",
-    "RESULT_STATUSES",
     "STATUSES",
     "BASE_COLUMNS",
     "HISTORY_COLUMNS",
-    "FINAL_PREFIX",
     "CONFIG_PREFIX",
     "Problem",
     "RunFolderError",
@@ -72,13 +70,11 @@ __all__ = [
     "cell_status",
     "cell_state",
     "cell_record",
-    "result_from_summary",
     "records_to_frame",
     "load_runs",
     "load_history",
     "history_frame",
     "to_percent",
-    "model_columns",
     "metric_columns",
 ]
 
@@ -86,10 +82,8 @@ __all__ = [
 # (vitscale.runfolder); the SLURM layer may refine "running" (queued, lost ...).
 STATUS_RUNNING = "running"
 STATUS_PENDING = "pending"
-RESULT_STATUSES = (rf.STATUS_DONE, rf.STATUS_FAILED)  # what a result.json may hold
 STATUSES = (*RESULT_STATUSES, STATUS_RUNNING, STATUS_PENDING)
 
-FINAL_PREFIX = "final:"
 CONFIG_PREFIX = "config."
 
 BASE_COLUMNS = (
@@ -293,11 +287,6 @@ def _status(names: set[str]) -> str:
     return STATUS_RUNNING if rf.METRICS in names else STATUS_PENDING
 
 
-def _last_step(result: Mapping) -> int | None:
-    failed = result.get("failed_step")
-    return failed if failed is not None else result.get("steps")
-
-
 def cell_status(run_dir: str | os.PathLike) -> str:
     """done / failed (from result.json), running (metrics.jsonl, no result), pending.
 
@@ -317,15 +306,13 @@ def cell_state(run_dir: str | os.PathLike, *, scan_metrics: bool = True) -> Cell
     if names is None or rf.CONFIG not in names:
         raise RunFolderError(path, f"not a run folder (no {rf.CONFIG})")
     if rf.RESULT in names:
-        result = _read_json(path / rf.RESULT)
-        if not isinstance(result, dict) or result.get("status") not in RESULT_STATUSES:
-            raise RunFolderError(path, _BAD_STATUS)
+        result = _read_result(path)
         return CellState(
             path=path,
-            status=result["status"],
-            last_step=_last_step(result),
-            error=result.get("error"),
-            best=dict(result.get("best") or {}),
+            status=result.status,
+            last_step=result.last_step,
+            error=result.error,
+            best=dict(result.best),
         )
     if rf.METRICS not in names:
         return CellState(path=path, status=STATUS_PENDING, last_step=None)
@@ -346,19 +333,6 @@ def cell_state(run_dir: str | os.PathLike, *, scan_metrics: bool = True) -> Cell
         last_step=None if last is None else last.get(rf.STEP),
         best=best,
     )
-
-
-@lru_cache(maxsize=4096)
-def model_columns(name: str) -> tuple[str | None, str | None, int | None]:
-    """``(family, size, patch)`` decoded from a model name; ``ValueError`` when unknown."""
-    spec = parse(name)
-    if isinstance(spec, ResNetSpec):
-        width = spec.width
-        w = str(width.numerator) if width.denominator == 1 else str(float(width))
-        return spec.family, f"R{spec.depth}x{w}", None
-    if isinstance(spec, HybridSpec):
-        return spec.family, spec.vit.size, spec.downsample
-    return spec.family, spec.size, spec.patch
 
 
 def _flatten(obj: Mapping, prefix: str, out: dict[str, Any]) -> None:
@@ -382,7 +356,7 @@ def _get(d: Any, *keys: str) -> Any:
 
 def cell_record(
     config: Mapping,
-    result: Mapping | None,
+    result: RunResult | None,
     *,
     status: str,
     source: str,
@@ -391,21 +365,19 @@ def cell_record(
     grid: str | None = None,
     cell_id: str | None = None,
 ) -> dict[str, Any]:
-    """One row of the cells frame from a resolved config and a result (None if unfinished).
+    """One row of the cells frame from a resolved config and a result (None if unfinished,
+    then ``status`` says how far it got and ``last`` is its last metrics row).
 
     The W&B loaders build rows through this function too, so every source yields the same
-    columns. ``last`` is the last metrics row of an unfinished cell. Raises ``ValueError``
-    for an unknown model name.
+    columns. Raises ``ValueError`` for an unknown model name.
     """
-    model = _get(config, "model", "name")
-    if model is None and result:
-        model = result.get("model")
+    model = _get(config, "model", "name") or (result.model if result else None)
     rec: dict[str, Any] = {
         "source": source,
         "path": path,
-        "cell_id": config.get("cell_id") or cell_id or (result or {}).get("cell_id"),
+        "cell_id": config.get("cell_id") or cell_id or (result.cell_id if result else None),
         "grid": config.get("grid") or grid,
-        "status": status,
+        "status": result.status if result else status,
         "error": None,
         "model": model,
         "pretrain_dataset": _get(config, "data", "dataset"),
@@ -419,19 +391,21 @@ def cell_record(
     if model is not None:
         rec["family"], rec["size"], rec["patch"] = model_columns(model)
     if result:
-        rec["error"] = result.get("error")
-        rec["examples_seen"] = result.get("examples_seen")
-        rec["exaflops"] = result.get("pretrain_exaflops")
-        rec["params"] = result.get("params")
-        rec["steps"] = result.get("steps")
-        rec["last_step"] = _last_step(result)
-        rec["wall_clock_s"] = result.get("wall_clock_s")
-        rec["device_hours"] = result.get("device_hours")
-        for k, v in (result.get("best") or {}).items():
+        rec |= {
+            "error": result.error,
+            "examples_seen": result.examples_seen,
+            "exaflops": result.pretrain_exaflops,
+            "params": result.params,
+            "steps": result.steps,
+            "last_step": result.last_step,
+            "wall_clock_s": result.wall_clock_s,
+            "device_hours": result.device_hours,
+        }
+        for k, v in result.best.items():
             rec[k] = to_percent(k, v)
-        for k, v in (result.get("final") or {}).items():
-            rec[FINAL_PREFIX + k] = to_percent(k, v)
-        for ds, v in (result.get("finetune") or {}).items():
+        for k, v in result.final.items():
+            rec[rf.FINAL + k] = to_percent(k, v)
+        for ds, v in result.finetune.items():
             key = rf.finetune_key(ds)
             rec[key] = to_percent(key, v)
     elif last:
@@ -445,27 +419,12 @@ def cell_record(
     return rec
 
 
-def result_from_summary(summary: Mapping) -> dict[str, Any]:
-    """A result.json-shaped dict from a W&B run summary.
-
-    The trainer mirrors result.json into the summary; W&B may keep ``best``/``final``/
-    ``finetune`` nested or flattened to ``best/<metric>``, ``final/<metric>`` and
-    ``finetune/<dataset>/top1``. Both spellings are accepted.
-    """
-    result: dict[str, Any] = {k: summary.get(k) for k in rf.RESULT_KEYS}
-    best = dict(summary.get("best") or {}) if isinstance(summary.get("best"), Mapping) else {}
-    final = dict(summary.get("final") or {}) if isinstance(summary.get("final"), Mapping) else {}
-    ft = summary.get("finetune")
-    finetune = dict(ft) if isinstance(ft, Mapping) else {}
-    for k, v in summary.items():
-        if k.startswith("best/"):
-            best[k[len("best/") :]] = v
-        elif k.startswith("final/"):
-            final[k[len("final/") :]] = v
-        elif k.startswith("finetune/") and k.endswith("/top1"):
-            finetune[k[len("finetune/") : -len("/top1")]] = v
-    result.update(best=best, final=final, finetune=finetune)
-    return result
+def _read_result(path: Path) -> RunResult:
+    data = _read_json(path / rf.RESULT)
+    try:
+        return RunResult.from_json(data if isinstance(data, dict) else {})
+    except (ValueError, TypeError):
+        raise RunFolderError(path, _BAD_STATUS) from None
 
 
 def _read_cell(path: Path, names: set[str]) -> dict[str, Any]:
@@ -475,13 +434,11 @@ def _read_cell(path: Path, names: set[str]) -> dict[str, Any]:
     result = last = None
     status = _status(names)
     if not status:
-        result = _read_json(path / rf.RESULT)
-        if not isinstance(result, dict) or result.get("status") not in RESULT_STATUSES:
-            raise RunFolderError(path, _BAD_STATUS)
-        status = result["status"]
+        result = _read_result(path)
+        status = result.status
     elif status == STATUS_RUNNING:
         last = _last_metrics_row(path / rf.METRICS)
-    if _get(config, "model", "name") is None and not (result and result.get("model")):
+    if _get(config, "model", "name") is None and not (result and result.model):
         raise RunFolderError(path, f"{rf.CONFIG} has no model.name")
     try:
         return cell_record(
@@ -502,7 +459,7 @@ def _read_cell(path: Path, names: set[str]) -> dict[str, Any]:
 
 
 def metric_columns(frame: pd.DataFrame) -> list[str]:
-    """The metric columns of a cells frame (best, ``final:`` and fine-tuning values)."""
+    """The metric columns of a cells frame (best, ``final/`` and fine-tuning values)."""
     return [c for c in frame.columns if c not in BASE_COLUMNS and not c.startswith(CONFIG_PREFIX)]
 
 

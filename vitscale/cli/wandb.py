@@ -1,7 +1,6 @@
 """``vitscale wandb dashboard | report | sync``: argument set-up and handlers.
 
-vitscale/cli.py registers :func:`configure` and :func:`run`; nothing heavy is imported
-until a handler runs. Every handler checks its input and builds what it will send
+Nothing heavy is imported until a handler runs. Every handler checks its input and builds what it will send
 locally first (``--dry-run`` stops there and prints it as JSON), then checks W&B (key,
 network, project, runs: :mod:`.remote`), then writes in one call. Any of these failing
 is one line on stderr and exit code 2; API keys never appear in what is printed.
@@ -15,13 +14,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..errors import UserError
+
 __all__ = ["configure", "run"]
-
-
-def _user_error(message: str) -> Exception:
-    from vitscale.cli import UserError  # lazily: vitscale.cli imports this module
-
-    return UserError(message)
 
 
 def _target(p: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -118,7 +113,7 @@ def _check_target(args: argparse.Namespace) -> None:
         if value is not None and (
             not value.strip() or "/" in value or any(c.isspace() for c in value)
         ):
-            raise _user_error(
+            raise UserError(
                 f"--{option} {value!r}: expected a W&B {option} name (no '/' or spaces)"
             )
 
@@ -138,28 +133,23 @@ def _reason(error: ValueError) -> str:
 
 
 def _dashboard(args: argparse.Namespace) -> int:
-    from . import remote
-    from .study import StudyError, load_study
-    from .workspace import build_workspace, workspace_spec
+    from ..record.wandb import open_project
+    from ..wandb_views.remote import save_workspace
+    from ..wandb_views.study import load_study
+    from ..wandb_views.workspace import build_workspace, workspace_spec
 
     _check_target(args)
-    try:
-        study = load_study(args.source, overrides=args.overrides)
-    except StudyError as e:
-        raise _user_error(str(e)) from None
+    study = load_study(args.source, overrides=args.overrides)
     try:
         workspace = build_workspace(study, entity=args.entity, project=args.project, name=args.name)
         spec = workspace_spec(workspace)
     except ValueError as e:  # the library's validation: a --name it refuses
-        raise _user_error(f"--name {args.name!r}: {_reason(e)}") from None
+        raise UserError(f"--name {args.name!r}: {_reason(e)}") from None
     if args.dry_run:
         print(json.dumps(spec, indent=2))
         return 0
-    try:
-        api = remote.open_project(args.entity, args.project, group=study.group)
-        url, updated = remote.save_workspace(workspace, api, group=study.group)
-    except remote.WandbError as e:
-        raise _user_error(str(e)) from None
+    api = open_project(args.entity, args.project, group=study.group)
+    url, updated = save_workspace(workspace, api, group=study.group)
     print(
         f"{'updated' if updated else 'created'} workspace {workspace.name!r} ({len(study.cells)} cells): {url}"
     )
@@ -170,48 +160,37 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from . import remote
-    from .report import build_assets, build_report, check_inputs, report_spec
-    from .study import StudyError, from_runs
+    from ..record.wandb import open_project
+    from ..wandb_views.remote import publish_report
+    from ..wandb_views.report import build_assets, build_report, check_inputs, report_spec
+    from ..wandb_views.study import StudyError, from_runs
 
     _check_target(args)
     if args.shots is not None and args.shots < 1:
-        raise _user_error(f"--shots must be a positive integer, got {args.shots}")
+        raise UserError(f"--shots must be a positive integer, got {args.shots}")
     with tempfile.TemporaryDirectory(prefix="vitscale-report-") as tmp:
         out = args.out or Path(tmp) / "figures"
-        try:
-            if not Path(args.runs).is_dir():
-                raise StudyError(f"no such run folder or grid folder: {args.runs}")
-            study = from_runs([args.runs])
-            check_inputs(study, grid_file=args.grid_file)
-        except StudyError as e:
-            raise _user_error(str(e)) from None
+        if not Path(args.runs).is_dir():
+            raise StudyError(f"no such run folder or grid folder: {args.runs}")
+        study = from_runs([args.runs])
+        check_inputs(study, grid_file=args.grid_file)
         api = None
         if not args.dry_run:  # W&B is checked before anything is drawn or written
-            try:
-                api = remote.open_project(args.entity, args.project, group=study.group)
-            except remote.WandbError as e:
-                raise _user_error(str(e)) from None
+            api = open_project(args.entity, args.project, group=study.group)
         measured = sorted({k for _, k in study.fewshot})
         shots = args.shots or (measured[-1] if measured and 5 not in measured else 5)
-        try:
-            assets = build_assets(study, out=out, shots=shots, grid_file=args.grid_file)
-        except StudyError as e:
-            raise _user_error(str(e)) from None
+        assets = build_assets(study, out=out, shots=shots, grid_file=args.grid_file)
         try:
             report = build_report(
                 study, assets, entity=args.entity, project=args.project, title=args.title
             )
             spec = report_spec(report)
         except ValueError as e:  # the library's validation: a --title it refuses
-            raise _user_error(f"--title {args.title!r}: {_reason(e)}") from None
+            raise UserError(f"--title {args.title!r}: {_reason(e)}") from None
         if args.dry_run:
             print(json.dumps({"report": spec, "assets": assets.manifest()}, indent=2))
             return 0
-        try:
-            url, updated = remote.publish_report(report, assets, api, directory=Path(tmp))
-        except remote.WandbError as e:
-            raise _user_error(str(e)) from None
+        url, updated = publish_report(report, assets, api, directory=Path(tmp))
     print(f"{'updated' if updated else 'published'} report {report.title!r}: {url}")
     return 0
 
@@ -222,18 +201,17 @@ def _report(args: argparse.Namespace) -> int:
 def _sync(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from vitscale.results import find_run_folders
-
-    from . import remote
-    from .sync import find_offline_runs, upload
+    from ..record.cells import find_run_folders
+    from ..record.wandb import open_api, redact
+    from ..wandb_views.sync import find_offline_runs, upload
 
     _check_target(args)
     try:
         folders, _ = find_run_folders(args.runs)
     except FileNotFoundError as e:
-        raise _user_error(str(e)) from None
+        raise UserError(str(e)) from None
     if not folders:
-        raise _user_error(f"no run folders under {' '.join(args.runs)}")
+        raise UserError(f"no run folders under {' '.join(args.runs)}")
     runs = find_offline_runs(folders)
     todo = [r for r in runs if not r.synced]
     done = len(runs) - len(todo)
@@ -251,10 +229,7 @@ def _sync(args: argparse.Namespace) -> int:
             print(r.path)
         print(f"{len(todo)} offline runs to upload, {done} synced already")
         return 0
-    try:
-        remote.open_api()
-    except remote.WandbError as e:
-        raise _user_error(str(e)) from None
+    open_api()
     failed: list[str] = []
     uploaded = 0
     bar = tqdm(todo, desc="uploading", unit="run", file=sys.stderr)
@@ -264,7 +239,7 @@ def _sync(args: argparse.Namespace) -> int:
             if ok:
                 uploaded += 1
             else:
-                failed.append(f"{r.path}: {remote.redact(last)}")
+                failed.append(f"{r.path}: {redact(last)}")
     except KeyboardInterrupt:
         bar.close()
         print(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 __all__ = [
     "VIT_SIZES",
@@ -38,6 +39,8 @@ __all__ = [
     "list_models",
     "check_resolution",
     "smallest_resolution",
+    "model_columns",
+    "same_padding",
 ]
 
 
@@ -319,3 +322,37 @@ def list_models(family: str | None = None) -> list[str]:
     if family not in valid:
         raise ValueError(f"unknown family {family!r}; valid: {_choices(valid)}")
     return [n for n in names if parse(n).family == family]
+
+
+@lru_cache(maxsize=4096)
+def model_columns(name: str) -> tuple[str, str, int | None]:
+    """``(family, size, patch)`` of a model name, as result tables and W&B summaries show
+    it: size "B", "L" ... for ViTs and hybrids, "R50x1" ... for ResNets; patch the ViT's
+    patch size, a hybrid's total downsampling (the number after its slash), None for
+    ResNets. ``ValueError`` for an unknown name."""
+    spec = parse(name)
+    if isinstance(spec, ResNetSpec):
+        width = spec.width
+        w = str(width.numerator) if width.denominator == 1 else str(float(width))
+        return spec.family, f"R{spec.depth}x{w}", None
+    if isinstance(spec, HybridSpec):
+        return spec.family, spec.vit.size, spec.downsample
+    return spec.family, spec.size, spec.patch
+
+
+# --------------------------------------------------------------------------- geometry
+
+# TensorFlow's "SAME" padding, one place for the modules and the compute accounting.
+# The official hybrid trunk (google-research/vision_transformer, ``models_vit.py`` and
+# ``models_resnet.py``) is written in flax, whose convolutions and pools default to
+# ``padding="SAME"``: the output has ``ceil(size / stride)`` positions and the padding
+# this needs is split with the odd pixel at the *end*. For a stride-2 layer on an even
+# input that is (k - 2) // 2 before and one more after, e.g. (2, 3) for the 7x7 root
+# convolution and (0, 1) for a 3x3: not PyTorch's symmetric ``padding=k // 2``.
+
+
+def same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
+    """``(before, after)`` padding of one axis of ``size`` for TF/flax "SAME"."""
+    out = -(-size // stride)
+    total = max((out - 1) * stride + kernel - size, 0)
+    return total // 2, total - total // 2

@@ -1,4 +1,4 @@
-"""Fit every cell of a grid to a cluster profile's GPUs before anything is submitted.
+"""Place every cell of a grid on a cluster profile's GPUs before anything is submitted.
 
 For each cell: its processes (one per GPU of its ``resources``), the peak memory per GPU
 of a pre-training step and of a fine-tuning step (:mod:`vitscale.memory`), the
@@ -24,7 +24,7 @@ ASSUMED_CLASSES = 1000
 
 
 @dataclass(frozen=True)
-class CellFit:
+class Placement:
     cell: Cell
     processes: int
     device: str  # "cuda" on a GPU profile, "cpu" otherwise
@@ -58,7 +58,7 @@ def num_classes(dataset: str) -> int:
     return SOURCES[source].num_classes or ASSUMED_CLASSES
 
 
-def fit_cell(cell: Cell, resources: dict, profile: Profile, *, where: str) -> CellFit:
+def place_cell(cell: Cell, resources: dict, profile: Profile, *, where: str) -> Placement:
     cfg = cell.config
     nodes = int(resources.get("nodes", 1))
     gpus = int(resources.get("gpus", profile.gpus_per_node * nodes))
@@ -136,7 +136,7 @@ def fit_cell(cell: Cell, resources: dict, profile: Profile, *, where: str) -> Ce
         if len(fitting) == len(choices):  # one micro-batch for every set: the smallest chosen
             ft_micro = min(c[0] for c in choices)
         ft_estimate = max((c[1] for c in choices), key=lambda e: e.total)
-    return CellFit(
+    return Placement(
         cell=cell,
         processes=processes,
         device=device,
@@ -175,16 +175,16 @@ def _choose(given, per_process, budget, key, label, problems, kw):
     return micro, e
 
 
-def fit_grid(grid: Grid, profile: Profile) -> list[CellFit]:
+def place_grid(grid: Grid, profile: Profile) -> list[Placement]:
     return [
-        fit_cell(
+        place_cell(
             cell, grid.resources_for(cell), profile, where=f"{grid.path}: block {cell.block!r}"
         )
         for cell in grid.cells
     ]
 
 
-def apply(fits: list[CellFit]) -> None:
+def apply_placements(fits: list[Placement]) -> None:
     """Write the chosen micro-batches into the cells' configs where the grid left them unset."""
     for f in fits:
         if f.gpu_bytes is None:

@@ -20,30 +20,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from . import runfolder as rf
-from .wandb_views import keys as W
+from .. import record as rf
+from ..errors import DiskFullError, disk_full_message, is_disk_full
+from ..record.wandb import identity, run_name, wandb_mode
 
-__all__ = ["Tracker", "wandb_mode"]
-
-
-def _has_api_key() -> bool:
-    """A key for the configured server (env, netrc or wandb's settings), as wandb finds it."""
-    from .wandb_views.remote import has_api_key
-
-    try:
-        return has_api_key()
-    except Exception:  # noqa: BLE001 - an unreadable key file: run offline
-        return False
-
-
-def wandb_mode(configured: str) -> str:
-    """Resolve ``auto``: ``WANDB_MODE`` if set, else online with an API key, else offline."""
-    if configured != "auto":
-        return configured
-    env = os.environ.get("WANDB_MODE")
-    if env in ("online", "offline", "disabled"):
-        return env
-    return "online" if _has_api_key() else "offline"
+__all__ = ["Tracker"]
 
 
 def _finite_or_none(value: Any) -> Any:
@@ -96,7 +77,7 @@ class Tracker:
                 project=wcfg["project"],
                 entity=wcfg["entity"],
                 id=cell_id,
-                name=W.run_name(config, cell_id),
+                name=run_name(config, cell_id),
                 resume="allow",
                 group=config.get("grid") or "adhoc",
                 job_type=f"pretrain-{config['data']['dataset']}",
@@ -110,7 +91,7 @@ class Tracker:
             self._wandb.define_metric(rf.EXAFLOPS)
             self._wandb.define_metric("*", step_metric=rf.EXAMPLES_SEEN)
             # The run table of `vitscale wandb dashboard` shows these while the cell runs.
-            self._wandb.summary.update(W.identity(config["model"]["name"]))
+            self._wandb.summary.update(identity(config["model"]["name"]))
         except Exception as e:  # noqa: BLE001 - W&B must never stop training
             self._wandb_failed(e)
 
@@ -131,10 +112,10 @@ class Tracker:
         try:
             self._file.write(json.dumps(row) + "\n")
         except OSError as e:
-            if not rf.is_disk_full(e):
+            if not is_disk_full(e):
                 raise
-            raise rf.DiskFullError(
-                rf.disk_full_message(
+            raise DiskFullError(
+                disk_full_message(
                     e,
                     what=str(self.path),
                     kept="the last checkpoint is kept: free space and run again to resume",
@@ -149,12 +130,11 @@ class Tracker:
             except Exception as e:  # noqa: BLE001
                 self._wandb_failed(e)
 
-    def summary(self, result: dict[str, Any]) -> None:
-        """Mirror result.json into the W&B run summary (flattened: best/..., final/...,
-        finetune/<dataset>/top1; :func:`vitscale.wandb_views.keys.summary_from_result`)."""
+    def summary(self, result: rf.RunResult) -> None:
+        """Mirror result.json into the W&B run summary (:meth:`RunResult.to_summary`)."""
         if self._wandb is None:
             return
-        flat = W.summary_from_result(result)
+        flat = result.to_summary()
         try:
             self._wandb.summary.update({k: _finite_or_none(v) for k, v in flat.items()})
         except Exception as e:  # noqa: BLE001
@@ -189,7 +169,7 @@ def _forget_wandb_service() -> None:
 
 def _tags(config: dict) -> list[str]:
     """Tags a dashboard can slice by: family, size, patch, subset."""
-    from .models.names import parse
+    from ..catalog import parse
 
     spec = parse(config["model"]["name"])
     tags = [f"family:{spec.family}"]

@@ -13,11 +13,11 @@ from torch.utils.data import Dataset
 
 from .subsets import SeededPermutation
 
-__all__ = ["IndexedView"]
+__all__ = ["IndexedDataset"]
 
 
-class IndexedView(Dataset):
-    """Position ``p`` of the view is example ``indices[p]`` of ``base``, ``p < length``."""
+class IndexedDataset(Dataset):
+    """Position ``p`` of the dataset is example ``indices[p]`` of ``base``, ``p < length``."""
 
     def __init__(
         self, base: Dataset, indices: np.ndarray | SeededPermutation, *, length: int | None = None
@@ -26,7 +26,7 @@ class IndexedView(Dataset):
         self.indices = indices
         self.length = len(indices) if length is None else int(length)
         if not 0 <= self.length <= len(indices):
-            raise ValueError(f"a view of length {self.length} over {len(indices)} indices")
+            raise ValueError(f"an index map of length {self.length} over {len(indices)} indices")
 
     # Metadata of the base dataset: one name, one class list, however it is sliced.
     name = property(lambda self: self.base.name)
@@ -40,7 +40,7 @@ class IndexedView(Dataset):
     def base_indices(self, positions: np.ndarray) -> np.ndarray:
         pos = np.asarray(positions, dtype=np.int64)
         if pos.size and (pos.min() < -self.length or pos.max() >= self.length):
-            raise IndexError(f"position out of range for a view of {self.length} examples")
+            raise IndexError(f"position out of range for {self.length} examples")
         pos = np.where(pos < 0, pos + self.length, pos)
         if isinstance(self.indices, SeededPermutation):
             return self.indices(pos)
@@ -58,4 +58,4 @@ class IndexedView(Dataset):
         return getitems(idx) if getitems else [self.base[i] for i in idx]
 
     def __repr__(self) -> str:
-        return f"IndexedView({self.base!r}, n={self.length})"
+        return f"IndexedDataset({self.base!r}, n={self.length})"

@@ -1,21 +1,17 @@
-"""Every source of results as the same tidy frame: one row per cell, the columns of
-:mod:`vitscale.results` (``source`` says where a row came from).
+"""Cells from W&B runs as the same tidy frame as run folders (:mod:`.cells`), ``source``
+"wandb":
 
-- run folders (``runs/<grid>/<cell>/``): :func:`load_runs`, :func:`load_history`;
-- W&B, online (``wandb.Api()``, a project and optionally a group = grid name):
+- online (``wandb.Api()``, a project and optionally a group = grid name):
   :func:`load_wandb`, :func:`load_wandb_history`;
-- W&B offline run folders (``wandb/offline-run-*``, before or without ``wandb sync``),
-  read with wandb's own reader, ``wandb leet inspect --json``:
-  :func:`load_wandb_offline` (cells and history in one pass);
-- the paper's Tables 5 and 6: :func:`paper_table5`, :func:`paper_table6`.
+- offline run folders (``wandb/offline-run-*``, before or without ``wandb sync``), read
+  with wandb's own reader, ``wandb leet inspect --json``: :func:`load_wandb_offline`
+  (cells and history in one pass).
 
-The W&B contract (../shared/DESIGN.md): one W&B run per cell, run id = cell id, group =
-grid name, config = the resolved config, summary = result.json's keys, history = the
-metrics.jsonl rows. Rows are built by :func:`vitscale.results.cell_record`, the function
-the run-folder reader uses, so the sources cannot drift apart. A run that cannot be read
-is returned as a :class:`~vitscale.results.Problem`, never raised. ``wandb`` is imported
-only when a W&B loader is called; nothing here needs the network except
-:func:`load_wandb` itself.
+Rows are built by :func:`vitscale.record.cells.cell_record` from the run's config and its
+summary read back as a :class:`~vitscale.record.result.RunResult`, so the sources cannot
+drift apart. A run that cannot be read is returned as a
+:class:`~vitscale.record.cells.Problem`, never raised. ``wandb`` is imported only when a
+loader is called; nothing here needs the network except :func:`load_wandb` itself.
 """
 
 from __future__ import annotations
@@ -30,32 +26,18 @@ from typing import Any
 
 import pandas as pd
 
-from vitscale.results import (
+from .cells import (
     HISTORY_COLUMNS,
     STATUS_RUNNING,
     Problem,
     cell_record,
     history_frame,
-    load_history,
-    load_runs,
     records_to_frame,
-    result_from_summary,
 )
-from vitscale.runfolder import EXAFLOPS, EXAMPLES_SEEN, STATUS_DONE, STATUS_FAILED, STEP
+from .keys import EXAFLOPS, EXAMPLES_SEEN, STEP
+from .result import STATUS_DONE, STATUS_FAILED, RunResult
 
-from .paper import table5_frame as paper_table5
-from .paper import table6_frame as paper_table6
-
-__all__ = [
-    "load_runs",
-    "load_history",
-    "load_wandb",
-    "load_wandb_history",
-    "load_wandb_offline",
-    "paper_table5",
-    "paper_table6",
-    "run_state_status",
-]
+__all__ = ["load_wandb", "load_wandb_history", "load_wandb_offline", "run_state_status"]
 
 # W&B run states -> cell statuses, for runs whose summary has no "status" yet.
 _STATES = {
@@ -87,9 +69,9 @@ def _row(run_id, group, config, summary, state, *, source: str, path: str) -> di
     config = _public(config)
     summary = _public(summary)
     status = run_state_status(summary, state)
-    result = result_from_summary(summary) if status in (STATUS_DONE, STATUS_FAILED) else None
-    if result is not None:
-        result["status"] = status
+    result = None
+    if status in (STATUS_DONE, STATUS_FAILED):  # a crashed run's summary may say no status
+        result = RunResult.from_summary(summary | {"status": status})
     return cell_record(
         config, result, status=status, source=source, path=path, grid=group, cell_id=run_id
     )

@@ -1,0 +1,184 @@
+"""Every figure and table of a study in one call: what ``vitscale figures`` writes, as a
+library (the W&B report draws through it too).
+
+:func:`paper_figures` redraws the paper's own from its tables (``paper_`` prefix, so both
+sets can share a folder):
+
+- ``paper_fig3_transfer_imagenet.png|pdf``: Fig. 3 from Table 5 (band: Table 6's ResNets);
+- ``paper_fig5_compute.png|pdf``: Fig. 5 (average-5 and ImageNet panels) from Table 6
+  (``fit`` adds the power-law fits);
+- ``paper_table6.md``, ``paper_table6.tex``: Table 6.
+
+:func:`draw_figures` draws ours from a cells frame (finished cells only):
+
+- ``fig4_<metric>.png|pdf``: each few-shot dataset's best ``shots``-shot accuracy against
+  pre-training dataset size, one line per ``group_by`` value (Fig. 4);
+- ``fig5_compute.png|pdf``: accuracy against pre-training exaFLOPs, a panel for the
+  average over the transfer metrics found and one per metric, Pareto frontier per family
+  (Fig. 5); ``fit`` adds the Zhai et al. power law with its bootstrap band;
+- ``fig3_<metric>.png|pdf``: only when the runs span several pre-training datasets;
+- ``table6.md``, ``table6.tex``: our cells, the paper's values beside them for models
+  the paper has;
+- ``curves_<metric>.png|pdf`` with ``curves``: the same metrics along training.
+
+``overlay_paper`` draws Table 6's points (hollow markers) in every compute panel whose
+metric the paper measured under the same name (fine-tuned ``finetune/imagenet/top1`` and
+the other Table 6 datasets). Few-shot or synthetic-task accuracy is not comparable with the
+paper's fine-tuned accuracy; then the paper's two panels are drawn beside ours in the same
+figure, on their own y axes, and a note says so.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from vitscale.errors import UserError
+from vitscale.record import STATUS_DONE
+
+__all__ = ["FigureOptions", "draw_figures", "paper_figures", "compute_metrics", "check_column"]
+
+
+@dataclass(frozen=True)
+class FigureOptions:
+    """How :func:`draw_figures` draws (``vitscale figures``' options, same defaults)."""
+
+    out: Path
+    shots: int = 5  # k of the k-shot accuracy plotted
+    metrics: Sequence[str] | None = None  # compute figure's columns; None: those found
+    group_by: str = "model"  # one line per value: data-size figure and curves
+    color_by: str = "family"  # colour and frontier grouping of the compute figure
+    agg: str = "mean"  # cells sharing a line and an x value (seeds)
+    overlay_paper: bool = False
+    fit: bool = False
+    bootstrap: int = 200
+    curves: bool = False
+    formats: Sequence[str] = ("png", "pdf")
+
+
+def check_column(cells, column: str, option: str) -> None:
+    """A column a user named must exist; the error lists what does."""
+    if column not in cells.columns:
+        config = [c for c in cells.columns if c.startswith("config.")][:8]
+        raise UserError(
+            f"{option} {column!r}: no such column; valid are the result columns "
+            f"(model, family, size, patch, pretrain_dataset, num_examples, ...) and the "
+            f"config columns ({', '.join(config)}, ...)"
+        )
+
+
+def paper_figures(
+    out: Path, formats: Sequence[str] = ("png", "pdf"), *, fit: bool = False, bootstrap: int = 200
+) -> list[Path]:
+    """The paper's Figs. 3 and 5 and Table 6, redrawn from its tables."""
+    from . import paper, tables
+    from .figures import fig3, fig5
+
+    written = fig3.write_paper(out, formats=formats)
+    written += fig5.write_paper(out, fit=fit, bootstrap=bootstrap, formats=formats)
+    written += tables.write(
+        paper.table6_frame(),
+        out,
+        stem="paper_table6",
+        caption="Paper Table 6: transfer accuracy (%) and pre-training exaFLOPs, JFT-300M.",
+    )
+    return written
+
+
+def compute_metrics(done, *, metric: Sequence[str] | None, shots: int):
+    """The compute figure's (and Table 6's) metric columns: ``metric`` as given, else the
+    transfer metrics found and, when there are several, their average (added to the
+    returned frame)."""
+    from . import metrics as M
+
+    metrics = list(metric) if metric else M.transfer_metrics(done, shots=shots)
+    frame = done
+    if len(metrics) > 1 and not metric:
+        frame, avg = M.add_average(done, metrics)
+        metrics = [avg, *metrics]
+    return frame, metrics
+
+
+def draw_figures(cells, options: FigureOptions, *, history: Callable | None = None) -> list[Path]:
+    """Our figures and Table 6 from a cells frame; ``history(done_cells)`` gives the
+    curves' per-step frame (default: the run folders' metrics.jsonl)."""
+    done = cells[cells["status"] == STATUS_DONE]
+    if done.empty:
+        counts = cells["status"].value_counts().to_dict()
+        raise UserError(f"no finished cells to plot (statuses: {counts or 'no cells'})")
+    o = options
+    for option, column in (("--group-by", o.group_by), ("--color-by", o.color_by)):
+        check_column(done, column, option)
+    for m in o.metrics or ():
+        check_column(done, m, "--metric")
+    fewshot, written = _fig4(done, o)
+    frame, metrics = compute_metrics(done, metric=o.metrics, shots=o.shots)
+    written += _fig5_fig3_table6(done, frame, metrics, o)
+    if o.curves:
+        written += _curves(done, fewshot, o, history)
+    return written
+
+
+def _fig4(done, o: FigureOptions) -> tuple[list[str], list[Path]]:
+    from . import metrics as M
+    from .figures import fig4
+
+    fewshot = M.fewshot_metrics(done, shots=o.shots)
+    written: list[Path] = []
+    for metric in fewshot:
+        written += fig4.write(
+            done, o.out, metric=metric, hue=o.group_by, agg=o.agg, formats=o.formats
+        )
+    if not fewshot:
+        print(f"note: no {o.shots}-shot metrics found; no Fig. 4-style plot", file=sys.stderr)
+    return fewshot, written
+
+
+def _fig5_fig3_table6(done, frame, metrics: list[str], o: FigureOptions) -> list[Path]:
+    from . import metrics as M
+    from . import paper, tables
+    from .figures import fig3, fig5
+    from .summary import fig5_cells
+
+    compute = fig5_cells(frame)  # Fig. 5 and Table 6: the largest subset of each set
+    t6 = paper.table6_frame()
+    panels = []
+    for m in metrics:
+        overlay = o.overlay_paper and M.comparable(m, t6)
+        panels.append(fig5.Panel(compute, m, M.short_label(m), t6 if overlay else None))
+    if o.overlay_paper and not any(p.reference is not None for p in panels):
+        print(
+            "note: the paper's Table 6 is fine-tuned accuracy on ImageNet, CIFAR, Pets and "
+            f"Flowers; none of {metrics} is comparable, so its panels are drawn beside ours",
+            file=sys.stderr,
+        )
+        panels += [fig5.Panel(t6, m, f"Paper: {title}") for m, title in fig5.PAPER_PANELS]
+    written: list[Path] = []
+    if metrics:
+        written += fig5.write(
+            panels, o.out, hue=o.color_by, fit=o.fit, bootstrap=o.bootstrap, formats=o.formats
+        )
+    if done["pretrain_dataset"].nunique() > 1 and metrics:
+        written += fig3.write(frame, o.out, metric=metrics[0], agg=o.agg, formats=o.formats)
+    written += tables.write(fig5_cells(done), o.out, metrics=metrics or None, reference=t6)
+    return written
+
+
+def _curves(done, fewshot: list[str], o: FigureOptions, history: Callable | None) -> list[Path]:
+    """Fig. 4's cells along training: a grid's shorter Fig. 5 runs would mix into them."""
+    from vitscale.record.cells import load_history
+
+    from .figures import curves
+    from .summary import fig4_steps
+
+    duration = fig4_steps(done)
+    cells = done if duration is None else done[done["steps"] == duration]
+    steps = history(cells) if history is not None else load_history(cells)[0]
+    written: list[Path] = []
+    for metric in fewshot:
+        written += curves.write(
+            steps, o.out, metric=metric, hue=o.group_by, agg=o.agg, formats=o.formats
+        )
+    return written

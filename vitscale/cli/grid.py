@@ -1,0 +1,91 @@
+"""``vitscale grid`` and ``vitscale status``."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import UserError
+
+
+def configure_grid(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="grid file, e.g. experiments/demo.yaml")
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the cells, their cost and totals; run nothing"
+    )
+    p.add_argument("--json", action="store_true", help="with --dry-run: machine-readable output")
+    p.add_argument("--executor", choices=("local", "slurm"), default="local")
+    p.add_argument("--workers", type=int, default=1, help="local: cells run at once (default 1)")
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="local: processes per cell, via torchrun (default 1)",
+    )
+    p.add_argument(
+        "--profile", help="cluster profile YAML (slurm/profiles/NAME.yaml); sizes and estimates"
+    )
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="slurm: after submitting, wait until every cell has ended",
+    )
+    p.add_argument("--runs", default="runs", help="root of the run folders (default: runs)")
+    p.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="local: after Ctrl-C (or SIGTERM), how long the running cells get to checkpoint "
+        "before they are stopped at once (default 300; a second Ctrl-C does it sooner)",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key in every cell, e.g. --set train.steps=10 (repeatable; "
+        "changes the cell ids)",
+    )
+
+
+def run_grid(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..grid import commands
+
+    try:
+        return commands.grid(
+            Path(args.file),
+            runs_root=Path(args.runs),
+            dry_run=args.dry_run,
+            as_json=args.json,
+            executor=args.executor,
+            workers=args.workers,
+            processes=args.processes,
+            profile_path=args.profile,
+            overrides=args.overrides,
+            wait=args.wait,
+            stop_timeout=args.stop_timeout,
+        )
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def configure_status(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", help="run folders, grid folders or a runs/ directory")
+    p.add_argument(
+        "--shots", type=int, default=5, help="few-shot column: best k-shot accuracy (default 5)"
+    )
+    p.add_argument("--json", action="store_true")
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..grid import commands
+
+    try:
+        return commands.status([Path(p) for p in args.runs], shots=args.shots, as_json=args.json)
+    except FileNotFoundError as e:
+        raise UserError(str(e)) from None
