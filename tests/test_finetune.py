@@ -16,9 +16,8 @@ import torch
 from vitscale import record as rf
 from vitscale.config import resolve
 from vitscale.data import build_dataset
-from vitscale.evals import finetune
 from vitscale.models.vit import VisionTransformer
-from vitscale.train import checkpoint, train
+from vitscale.train import checkpoint, finetune, train
 from vitscale.train import finetune_progress as fp
 from vitscale.train.runtime import make_accelerator
 
@@ -141,13 +140,12 @@ def test_finetune_micro_batches_accumulate_to_the_same_update():
 
 
 _SIGNAL_DURING_SECOND_FINETUNE = """
-import json, os, subprocess, sys, types
-import torch.nn.functional as F
+import json, os, subprocess, sys
 from vitscale.cli import main
-from vitscale.evals import finetune
+from vitscale.train import finetune, step
 
 made, losses = [0], [0]
-real_fresh, real_loss = finetune._fresh_model, F.cross_entropy
+real_fresh, real_loss = finetune._fresh_model, step.loss_fn
 
 def fresh(*args, **kwargs):
     made[0] += 1
@@ -161,7 +159,7 @@ def loss(*args, **kwargs):
     return real_loss(*args, **kwargs)
 
 finetune._fresh_model = fresh
-finetune.F = types.SimpleNamespace(cross_entropy=loss)
+step.loss_fn = loss
 sys.exit(main(["train", sys.argv[1], "--workdir", sys.argv[2]]))
 """
 

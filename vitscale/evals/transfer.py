@@ -1,9 +1,10 @@
-"""Everything measured on a pre-trained model: few-shot linear, upstream top-1, fine-tuning.
+"""What is measured on a model during pre-training: few-shot linear and upstream top-1
+(fine-tuning, which trains, is :mod:`vitscale.train.finetune`).
 
 The datasets, few-shot samples and test sets are fixed once when the evaluator is built,
 so every evaluation during training sees the same images (decoded once and kept while
 they fit, :class:`~vitscale.evals.features.EvalImages`), and features are extracted once
-per evaluation and reused for every k and seed (paper Sec. 4.1; PROTOCOL.md).
+per evaluation and reused for every k and seed (paper Sec. 4.1; docs/protocol.md).
 """
 
 from __future__ import annotations
@@ -110,26 +111,3 @@ class TransferEvaluator:
                 hits = top == labels
             metrics[rf.UPSTREAM_TOP1] = hits.float().mean().item()
         return metrics
-
-    def finetune(
-        self, model: torch.nn.Module, *, pretrain_image_size: int, progress=None
-    ) -> dict[str, float]:
-        """Fine-tune a copy of ``model`` on each configured dataset; test top-1 per dataset.
-
-        ``progress`` keeps finished results and stops at a preemption signal
-        (:class:`vitscale.evals.finetune.Progress`); None: nothing kept, never stopped."""
-        from .finetune import finetune_and_score
-
-        ft = self.cfg.eval.finetune
-        return {
-            name: finetune_and_score(
-                model,
-                cfg=self.cfg,
-                dataset=name,
-                accelerator=self.accelerator,
-                image_size=ft.image_size or pretrain_image_size,
-                num_workers=self.num_workers,
-                progress=progress,
-            )
-            for name in ft.datasets
-        }

@@ -1,6 +1,7 @@
-"""Pre-training one cell: ``train(config, workdir)``; see :mod:`vitscale.train.loop`."""
+"""Pre-training one cell and fine-tuning it: ``train(config, workdir)``; see
+:mod:`vitscale.train.pretrain`."""
 
-from .loop import TrainingFailed, train
+from .pretrain import TrainingFailed, train
 from .signals import Preempted
 
 __all__ = ["train", "Preempted", "TrainingFailed"]

@@ -31,7 +31,7 @@ RESULTS = "results.json"
 
 
 class FinetuneProgress:
-    """:class:`vitscale.evals.finetune.Progress` for one run."""
+    """:class:`vitscale.train.finetune.Progress` for one run."""
 
     def __init__(
         self,

@@ -74,7 +74,7 @@ def _patch_loop(module) -> None:
     module._train = train_held
 
 
-_PATCHES = {"vitscale.train.checkpoint": _patch_checkpoint, "vitscale.train.loop": _patch_loop}
+_PATCHES = {"vitscale.train.checkpoint": _patch_checkpoint, "vitscale.train.pretrain": _patch_loop}
 
 
 class _Patch(importlib.abc.MetaPathFinder):

@@ -1,4 +1,4 @@
-"""Fine-tuning transfer (paper Sec. 3.2, App. B.1.1; PROTOCOL.md "Transfer").
+"""Fine-tuning transfer (paper Sec. 3.2, App. B.1.1; docs/protocol.md "Transfer").
 
 SGD with momentum 0.9, batch 512, cosine decay, no weight decay, gradient clipping at
 global norm 1; the pre-training head is dropped and one zero-initialised linear layer
@@ -9,7 +9,7 @@ on the full train split with the chosen rate and scored on the test split.
 
 Every (dataset, stage, learning rate) is one fine-tune. Its batch of 512 is split into
 micro-batches where the memory asks for it (``eval.finetune.micro_batch_size``,
-gradient accumulation). Each prepared model is released when it is done, so 25
+gradient accumulation): the step is pre-training's (:class:`vitscale.train.step.Step`). Each prepared model is released when it is done, so 25
 fine-tunes hold no more memory than one. Within a run, a :class:`Progress` keeps each
 finished fine-tune's score, and at a preemption signal checkpoints the one running and
 stops it, so a requeued run resumes fine-tuning where it was.
@@ -17,20 +17,20 @@ stops it, so a requeued run resumes fine-tuning where it was.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 from typing import Any, Protocol
 
 import torch
-import torch.nn.functional as F
 
 from ..config import Config
 from ..data import build_dataset, build_loader, finetune_splits
 from ..data.registry import finetune_recipe
+from ..evals.features import evaluation_sample, run_model
 from ..models import create_model
-from ..train.optim import lr_factor
-from ..train.runtime import prepared
-from ..train.speed import finetune_micro_batch_for
-from .features import evaluation_sample, run_model
+from .optim import lr_factor
+from .runtime import prepared
+from .speed import finetune_micro_batch_for
+from .step import Step
 
 MOMENTUM = 0.9
 GRAD_CLIP = 1.0
@@ -87,6 +87,15 @@ def _fresh_model(
             f"fine-tuning model does not match the pre-trained one: {missing} {unexpected}"
         )
     return model
+
+
+def _state(accelerator, model, optimizer, schedule) -> dict[str, Any]:
+    """A fine-tune's resumable state: what a preemption signal checkpoints."""
+    return {
+        "model": accelerator.unwrap_model(model).state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "schedule": schedule.state_dict(),
+    }
 
 
 def train_and_score(
@@ -151,30 +160,22 @@ def train_and_score(
             )
         )
 
-        def state() -> dict[str, Any]:
-            return {
-                "model": accelerator.unwrap_model(model).state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "schedule": schedule.state_dict(),
-            }
-
+        state = functools.partial(_state, accelerator, model, optimizer, schedule)
+        step_once = Step(
+            accelerator=accelerator,
+            model=model,
+            forward=model,
+            optimizer=optimizer,
+            schedule=schedule,
+            loss_kind="softmax",
+            label_smoothing=0.0,
+            micro_batch=micro,
+            grad_clip=GRAD_CLIP,
+        )
         model.train()
         for step in range(start, steps):
             images, targets = next(batches)
-            images, targets = images.to(device, non_blocking=True), targets.to(device)
-            parts = list(zip(images.split(micro), targets.split(micro), strict=True))
-            for i, (x, y) in enumerate(parts):
-                last = i == len(parts) - 1
-                with (
-                    contextlib.nullcontext() if last else accelerator.no_sync(model),
-                    accelerator.autocast(),
-                ):
-                    loss = F.cross_entropy(model(x).float(), y)
-                accelerator.backward(loss / len(parts))
-            accelerator.clip_grad_norm_(model.parameters(), GRAD_CLIP)
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad(set_to_none=True)
+            step_once(images.to(device, non_blocking=True), targets.to(device))
             progress.maybe_stop(key, step + 1, state)
         del batches  # its worker processes end here
         model.eval()
@@ -240,3 +241,30 @@ def finetune_and_score(
         key=f"{dataset}/test/lr={best_lr!r}",
         **common,
     )
+
+
+def finetune_all(
+    pretrained: torch.nn.Module,
+    *,
+    cfg: Config,
+    accelerator,
+    pretrain_image_size: int,
+    num_workers: int = 0,
+    progress: Progress | None = None,
+) -> dict[str, float]:
+    """Fine-tune a copy of ``pretrained`` on each of ``eval.finetune.datasets``; test top-1
+    per dataset. ``progress`` keeps finished results and stops at a preemption signal;
+    None: nothing kept, never stopped."""
+    ft = cfg.eval.finetune
+    return {
+        name: finetune_and_score(
+            pretrained,
+            cfg=cfg,
+            dataset=name,
+            accelerator=accelerator,
+            image_size=ft.image_size or pretrain_image_size,
+            num_workers=num_workers,
+            progress=progress,
+        )
+        for name in ft.datasets
+    }

@@ -1,0 +1,270 @@
+"""Pre-train one cell, measure its transfer, write its run folder. Read top to bottom.
+
+    train(config, workdir) -> RunResult (also written to <workdir>/result.json)
+
+The protocol (paper Sec. 4.1-4.3; docs/protocol.md), :func:`_train`:
+
+0. Stop signals are handled from the start (before loader workers fork).
+1. Set up (:func:`vitscale.train.run.setup`): the launch, the pre-training subset, the
+   model, its optimiser and compute per example, config.json.
+2. Resume from the latest complete checkpoint if the run folder has one.
+3. Pre-train (:func:`pretrain`): each step is :class:`vitscale.train.step.Step`; a stop
+   signal (SIGUSR1/SIGTERM/SIGINT) checkpoints at the next step (agreed on the CPU). The
+   host waits for the device only at sync steps (log, evaluation, checkpoint, stop and
+   last steps): there it logs, stops on a non-finite loss (recording the first bad step),
+   evaluates few-shot transfer and checkpoints.
+4. Transfer (:func:`transfer`): the final evaluation and fine-tuning (resumable:
+   :mod:`.finetune_progress`).
+5. ``result.json``, written last, atomically.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import record as rf
+from ..config import Config
+from ..errors import DiskFullError, is_disk_full
+from .finetune import finetune_all
+from .finetune_progress import FinetuneProgress
+from .run import Run, setup
+from .runtime import mfu, peak_flops
+from .signals import Preempted, PreemptionFlag
+
+__all__ = ["train", "TrainingFailed"]
+
+
+class TrainingFailed(RuntimeError):
+    """The run stopped and was marked failed in result.json (e.g. a non-finite loss)."""
+
+    def __init__(self, message: str, step: int) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+def train(config: dict | Config, workdir: str | Path) -> rf.RunResult:
+    # 0. SIGUSR1/SIGTERM raise a flag from here on: loader workers forked later ignore them.
+    with PreemptionFlag() as preemption:
+        return _train(config, Path(workdir), preemption)
+
+
+def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> rf.RunResult:
+    run = setup(config, run_dir, preemption)  # 1
+    run.resume()  # 2
+    run.open()
+    try:
+        pretrain(run)  # 3
+        tuned = transfer(run)  # 4
+    except (Preempted, KeyboardInterrupt):  # stopped (a second Ctrl-C: at once): resumable
+        run.tracker.close()
+        raise
+    except TrainingFailed as e:
+        return run.finish(rf.STATUS_FAILED, error=str(e), failed_step=e.step)
+    except BaseException as e:
+        error = rf.describe_failure(e)
+        run.finish(rf.STATUS_FAILED, error=error, failed_step=run.step + 1)
+        if is_disk_full(e):  # said in plain words wherever it is reported
+            raise DiskFullError(error) from e
+        raise
+    return run.finish(rf.STATUS_DONE, tuned=tuned)  # 5
+
+
+# ------------------------------------------------------------------- 3. pre-training
+
+
+@dataclass
+class _Between:
+    """What the loop carries from one sync step to the next, on the device where it can
+    stay there: the first step whose loss or gradient was not finite (0: none), and the
+    bad examples this process's loader replaced (sharded sets)."""
+
+    first_bad: torch.Tensor
+    skipped: int = 0
+    logged_at: tuple[float, int] = (0.0, 0)  # (time, step) of the last log row
+
+
+def pretrain(run: Run) -> None:
+    """Steps until ``run.total_steps``; the host waits for the device only at sync steps."""
+    t = run.cfg.train
+    peak = peak_flops(run.device)
+    run.step_fn.model.train()
+    run.watch.totals["setup"] += time.perf_counter() - run.setup_started
+    between = _Between(
+        first_bad=torch.zeros((), dtype=torch.int64, device=run.device),
+        logged_at=(time.time(), run.step),
+    )
+    while run.step < run.total_steps:
+        with run.watch("data"):
+            images, targets = _next_batch(run, between)
+        with run.watch("step"):
+            loss, grad_norm = run.step_fn(images, targets)
+            bad = ~(torch.isfinite(loss) & torch.isfinite(grad_norm))
+            between.first_bad = torch.where(
+                bad & (between.first_bad == 0), run.step + 1, between.first_bad
+            )
+        run.step += 1
+        periodic = bool(t.checkpoint_every and run.step % t.checkpoint_every == 0)
+        evaluating = run.step == run.total_steps or bool(
+            t.eval_every and run.step % t.eval_every == 0
+        )
+        logging = run.step % t.log_every == 0 or run.step == run.total_steps
+        stop = run.preemption.agreed(run.stop_group)  # every step, no wait for the device
+        if not (logging or evaluating or periodic or stop):
+            continue  # no sync: the host queues the next step at once
+        _check_health(run, between, loss)
+        _log_and_evaluate(run, between, loss, grad_norm, peak, logging, evaluating)
+        if periodic or run.step == run.total_steps or stop:
+            with run.watch("checkpoint"):
+                run.save_checkpoint()
+        if stop and run.step < run.total_steps:
+            raise Preempted(run.step, run.preemption.signal_name)
+
+
+def _next_batch(run: Run, between: _Between) -> tuple[torch.Tensor, torch.Tensor]:
+    """This process's next batch on its device; bad examples the loader replaced are
+    counted until the next sync step."""
+    batch = next(run.batches)
+    skipped = getattr(batch, "skipped", ())  # sharded sets: bad examples replaced
+    between.skipped += len(skipped)
+    run.progress["skipped"] = (run.progress["skipped"] + list(skipped))[:100]
+    images, targets = batch
+    images = images.to(run.device, non_blocking=True)
+    targets = targets.to(run.device, non_blocking=True)
+    if run.channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    return images, targets
+
+
+def _check_health(run: Run, between: _Between, loss: torch.Tensor) -> None:
+    """At a sync step every process agrees on the first bad step and on the examples
+    replaced since the last one; either past its limit fails the run."""
+    flags = torch.stack(
+        [between.first_bad.float(), torch.tensor(float(between.skipped), device=run.device)]
+    )
+    if run.world > 1:
+        flags = run.accelerator.gather(flags).view(run.world, 2)
+        bad_steps = flags[:, 0][flags[:, 0] > 0]
+        first = bad_steps.min() if len(bad_steps) else flags.new_zeros(())
+        flags = torch.stack([first, flags[:, 1].sum()])
+    failed_at, replaced = (int(v) for v in flags.tolist())
+    if failed_at:
+        run.final = {rf.TRAIN_LOSS: float(loss)}
+        raise TrainingFailed(
+            f"non-finite loss at step {failed_at}: stopped; last good checkpoint kept", failed_at
+        )
+    run.progress["skipped_samples"] += replaced
+    between.skipped = 0
+    limit = run.cfg.data.skip_bad_samples
+    if run.progress["skipped_samples"] > limit:
+        latest = (run.progress["skipped"] or ["(on another process)"])[-1]
+        raise TrainingFailed(
+            f"{run.progress['skipped_samples']} bad examples replaced, more than "
+            f"data.skip_bad_samples={limit}; last good checkpoint kept; latest: {latest}",
+            run.step,
+        )
+
+
+def _log_and_evaluate(
+    run: Run,
+    between: _Between,
+    loss: torch.Tensor,
+    grad_norm: torch.Tensor,
+    peak: float | None,
+    logging: bool,
+    evaluating: bool,
+) -> None:
+    """The row of this sync step: the training metrics when it logs, the transfer
+    metrics when it evaluates; appended to metrics.jsonl (and W&B)."""
+    row: dict[str, Any] = {}
+    started = time.perf_counter()
+    if logging:
+        row |= _training_row(run, between, loss, grad_norm, peak)
+    run.watch.totals["log"] += time.perf_counter() - started
+    if evaluating:
+        run.step_fn.model.eval()
+        with run.watch("eval"):
+            row |= run.evaluate()
+        run.step_fn.model.train()
+    if row:
+        with run.watch("log"):
+            run.tracker.log(_axes(run, run.step) | row)
+        run.final |= row
+
+
+def _training_row(
+    run: Run, between: _Between, loss: torch.Tensor, grad_norm: torch.Tensor, peak
+) -> dict[str, Any]:
+    mean_loss = run.accelerator.reduce(loss, reduction="mean") if run.world > 1 else loss
+    now = time.time()
+    then, at = between.logged_at
+    rate = (run.step - at) * run.cfg.train.batch_size / max(now - then, 1e-9)
+    between.logged_at = (now, run.step)
+    row = {
+        rf.TRAIN_LOSS: float(mean_loss),
+        rf.LR: run.schedule.get_last_lr()[0],
+        "train/grad_norm": float(grad_norm),
+        rf.THROUGHPUT: rate,
+    }
+    if peak:
+        row[rf.MFU] = mfu(rate, flops_per_image=3 * run.cost.flops, processes=run.world, peak=peak)
+    if run.device.type == "cuda":  # this process's high-water mark (no sync)
+        row["memory/peak_gib"] = torch.cuda.max_memory_allocated(run.device) / 2**30
+    return row
+
+
+def _axes(run: Run, step: int) -> dict[str, Any]:
+    """The x axes of every metrics row: step, examples seen, cumulative exaFLOPs."""
+    return {
+        rf.STEP: step,
+        rf.EXAMPLES_SEEN: run.examples_seen(step),
+        rf.EXAFLOPS: run.exaflops(step),
+    }
+
+
+# ------------------------------------------------------------------- 4. transfer
+
+
+def transfer(run: Run) -> dict[str, float]:
+    """The final model's few-shot accuracy (the last step's, logged by then) and its
+    fine-tuned accuracy per dataset, which join the final and best metrics."""
+    run.release_training_state()
+    if not run.final:  # resumed after the last step (stopped during fine-tuning)
+        run.final = _logged_at(run.run_dir, run.total_steps)
+    if not run.final:  # ... and its row was never logged, or a published cell
+        with run.watch("eval"):
+            run.final = run.evaluate()
+        if run.total_steps == 0:
+            run.tracker.log(_axes(run, 0) | run.final)
+    progress = FinetuneProgress(
+        run.run_dir,
+        accelerator=run.accelerator,
+        preemption=run.preemption,
+        group=run.stop_group,
+        clock=run.clock,
+    )
+    with run.watch("finetune"):
+        tuned = finetune_all(
+            run.unwrapped,
+            cfg=run.cfg,
+            accelerator=run.accelerator,
+            pretrain_image_size=run.cfg.data.image_size,
+            num_workers=run.num_workers,
+            progress=progress,
+        )
+    scores = {rf.finetune_key(ds): acc for ds, acc in tuned.items()}
+    run.final |= scores
+    run.progress["best"] |= scores
+    return tuned
+
+
+def _logged_at(run_dir: Path, step: int) -> dict[str, Any]:
+    """The metrics logged at ``step`` (what the run's final metrics were when it got there)."""
+    path = run_dir / rf.METRICS
+    rows = [r for r in rf.iter_metrics(path) if r.get(rf.STEP) == step] if path.is_file() else []
+    skip = {rf.STEP, rf.EXAMPLES_SEEN, rf.EXAFLOPS}
+    return {k: v for k, v in rows[-1].items() if k not in skip} if rows else {}

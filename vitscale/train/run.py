@@ -1,0 +1,465 @@
+"""One cell's run: everything pre-training and its transfer evaluation share.
+
+:func:`setup` builds it (the launch, the pre-training subset, the model, its optimiser and
+compute per example, the run folder's config.json); :meth:`Run.resume` restores the
+latest complete checkpoint, if any; :meth:`Run.open` starts the metrics file, the
+evaluator and the example stream at the resumed step; :meth:`Run.finish` writes
+``result.json`` last. :mod:`vitscale.train.pretrain` drives it through the protocol.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import flops
+from .. import record as rf
+from ..config import Config, ConfigError, cell_id, length_checks, resolve, to_steps
+from ..data import DatasetFormatError, DatasetNotFoundError, build_dataset, build_loader
+from ..errors import DiskFullError, disk_full_message, is_disk_full
+from ..evals.transfer import TransferEvaluator
+from ..models import create_model
+from ..preflight import dataset_size, preflight
+from ..published import Published, published_compute
+from . import checkpoint, finetune_progress
+from .optim import build_adamw, build_schedule
+from .runtime import make_accelerator, process_group_timeout, release
+from .signals import PreemptionFlag, agreement_group
+from .speed import channels_last_for, compile_model, micro_batch_for, num_workers_for
+from .step import Step
+from .timing import Stopwatch
+from .tracking import Tracker
+
+__all__ = ["Run", "setup"]
+
+
+def _fresh_progress() -> dict[str, Any]:
+    """What a checkpoint carries besides the weights, optimiser and schedule."""
+    return {
+        "step": 0,
+        "best": {},  # best accuracy seen per metric: Fig. 4's early stopping
+        "elapsed_s": 0.0,
+        "restarts": 0,
+        "time_s": {},
+        "skipped_samples": 0,  # bad examples replaced (data.skip_bad_samples), all processes
+        "skipped": [],  # which ones, as this process (rank 0) saw them
+    }
+
+
+@dataclass
+class Run:
+    """A cell being trained. ``step`` counts optimiser steps taken; ``final`` holds the
+    last value of every metric logged so far."""
+
+    cfg: Config
+    run_dir: Path
+    preemption: PreemptionFlag
+    accelerator: Any
+    precision: str
+    stop_group: Any  # where the processes agree on a stop signal
+    num_workers: int
+    train_set: Any
+    total_steps: int
+    cell_id: str
+    resolved: dict[str, Any]  # config.json
+    model: torch.nn.Module | None  # prepared (DDP) for the step; None once released
+    unwrapped: torch.nn.Module
+    optimizer: torch.optim.Optimizer | None
+    schedule: Any
+    step_fn: Step | None
+    cost: flops.FlopCount
+    published: Published | None
+    channels_last: bool
+    started: float = field(default_factory=time.time)
+    setup_started: float = field(default_factory=time.perf_counter)  # until the first step
+    step: int = 0
+    progress: dict[str, Any] = field(default_factory=_fresh_progress)
+    watch: Stopwatch = field(default_factory=Stopwatch)
+    final: dict[str, Any] = field(default_factory=dict)
+    tracker: Tracker | None = None
+    evaluator: TransferEvaluator | None = None
+    batches: Any = None
+
+    @property
+    def world(self) -> int:
+        return self.accelerator.num_processes
+
+    @property
+    def rank(self) -> int:
+        return self.accelerator.process_index
+
+    @property
+    def is_main(self) -> bool:
+        return self.accelerator.is_main_process
+
+    @property
+    def device(self) -> torch.device:
+        return self.accelerator.device
+
+    # --------------------------------------------------------------- accounting
+
+    def examples_seen(self, step: int) -> int:
+        return step * self.cfg.train.batch_size
+
+    def exaflops(self, step: int) -> float:
+        """Pre-training compute up to ``step`` (paper convention); a published start
+        counts its own pre-training too."""
+        ours = self.cost.train_flops_per_example * self.examples_seen(step) / 1e18
+        return ours + (self.published.exaflops if self.published else 0.0)
+
+    def clock(self) -> dict[str, Any]:
+        """The progress to save now: steps, wall-clock and time per phase so far."""
+        return self.progress | {
+            "step": self.step,
+            "elapsed_s": self.progress["elapsed_s"] + time.time() - self.started,
+            "time_s": dict(self.watch.totals),
+        }
+
+    # --------------------------------------------------------------- resume
+
+    def resume(self) -> None:
+        """Restore the newest checkpoint that reads back whole (a corrupted latest falls
+        back to the one before); none readable: the cell fails, saying which."""
+        directory = self.run_dir / rf.CHECKPOINTS
+        latest = None
+        try:
+            latest, skipped = checkpoint.resumable(directory)
+            state, rng = checkpoint.load(latest, rank=self.rank) if latest else (None, None)
+        except Exception as e:  # noqa: BLE001 - reported in result.json, then raised
+            error = str(e) if isinstance(e, checkpoint.CheckpointError) else f"{latest}: {e}"
+            if self.is_main:
+                rf.RunResult.failure(self.resolved, error=error, failed_step=None).write(
+                    self.run_dir
+                )
+            raise checkpoint.CheckpointError(error) from None
+        for problem in skipped:
+            self.accelerator.print(f"skipped a checkpoint that cannot be resumed from: {problem}")
+        if latest is not None:
+            self._restore(state, rng)
+            self.accelerator.print(
+                f"resumed from {latest} (step {self.step}, restart {self.progress['restarts']})"
+            )
+        self.watch = Stopwatch(self.progress.get("time_s"))
+
+    def _restore(self, state: dict[str, Any], rng: dict[str, Any] | None) -> None:
+        self.unwrapped.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.schedule.load_state_dict(state["schedule"])
+        self.progress |= state["progress"]
+        tuned = finetune_progress.read(self.run_dir).get("progress")
+        if tuned and tuned["restarts"] >= self.progress["restarts"]:  # stopped fine-tuning
+            self.progress |= {k: tuned[k] for k in ("elapsed_s", "time_s", "restarts")}
+        self.progress["restarts"] += 1
+        if rng is not None:
+            checkpoint.set_rng_state(rng)
+        self.step = self.progress["step"]
+
+    def open(self) -> None:
+        """The metrics file (and W&B), the evaluator and this process's example stream,
+        from the step the run resumes at."""
+        self.tracker = Tracker(
+            run_dir=self.run_dir,
+            config=self.resolved,
+            cell_id=self.cell_id,
+            enabled=self.is_main,
+            resume_step=self.step,
+        )
+        self.evaluator = TransferEvaluator(
+            self.cfg,
+            accelerator=self.accelerator,
+            upstream_num_classes=self.train_set.num_classes,
+            num_workers=self.num_workers,
+        )
+        self.batches = iter(
+            build_loader(
+                self.train_set,
+                batch_size=self.cfg.train.batch_size // self.world,
+                seed=self.cfg.seed,
+                num_replicas=self.world,
+                rank=self.rank,
+                start_step=self.step,
+                num_workers=self.num_workers,
+            )
+        )
+
+    # --------------------------------------------------------------- during training
+
+    def save_checkpoint(self) -> None:
+        state = {
+            "model": self.unwrapped.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "schedule": self.schedule.state_dict(),
+            "progress": self.clock(),
+        }
+        checkpoint.save(
+            self.run_dir / rf.CHECKPOINTS,
+            step=self.step,
+            state=state,
+            rank=self.rank,
+            num_processes=self.world,
+            barrier=self.accelerator.wait_for_everyone,
+        )
+
+    def evaluate(self) -> dict[str, float]:
+        """Few-shot and upstream accuracies now; the best of each so far is kept."""
+        metrics = self.evaluator.run(self.unwrapped, step=self.step)
+        best = self.progress["best"]
+        for key, value in metrics.items():
+            if rf.is_accuracy(key) and value > best.get(key, float("-inf")):
+                best[key] = value
+        return metrics
+
+    def release_training_state(self) -> None:
+        """Keep only the weights: the loader's workers end, and the GPU lets go of AdamW's
+        moments and DDP's buckets (three times the weights) before fine-tuning."""
+        self.batches = None
+        release(self.accelerator, self.model, self.optimizer)
+        self.model = self.optimizer = self.schedule = self.step_fn = None
+        self.unwrapped.eval()
+
+    # --------------------------------------------------------------- the end
+
+    def result(self, status: str, *, error=None, failed_step=None, tuned=None) -> rf.RunResult:
+        wall = self.progress["elapsed_s"] + time.time() - self.started
+        return rf.RunResult(
+            status=status,
+            error=error,
+            failed_step=failed_step,
+            cell_id=self.cell_id,
+            model=self.cfg.model.name,
+            steps=self.step,
+            examples_seen=self.examples_seen(self.step),
+            pretrain_exaflops=self.exaflops(self.step),
+            params=sum(p.numel() for p in self.unwrapped.parameters()),
+            wall_clock_s=wall,
+            device_hours=wall * self.world / 3600,
+            final=dict(self.final),
+            best=dict(self.progress["best"]),
+            finetune=tuned or {},
+            precision=self.precision,
+            num_processes=self.world,
+            restarts=self.progress["restarts"],
+            time_s=dict(self.watch.totals),
+            skipped_samples=self.progress["skipped_samples"],
+            skipped=self.progress["skipped"],
+            published=self.published.as_dict() if self.published else None,
+        )
+
+    def finish(self, status: str, *, error=None, failed_step=None, tuned=None) -> rf.RunResult:
+        """``result.json`` (rank 0, atomically), its W&B mirror, the tracker closed."""
+        result = self.result(status, error=error, failed_step=failed_step, tuned=tuned)
+        failed = status != rf.STATUS_DONE
+        if self.is_main:
+            try:
+                result.write(self.run_dir)
+            except OSError as e:
+                self.tracker.close(failed=True)
+                if failed:  # the failure being recorded is the news
+                    print(f"{self.cell_id}: could not write {rf.RESULT}: {e}", file=sys.stderr)
+                    return result
+                if not is_disk_full(e):
+                    raise
+                kept = (
+                    "training is complete and its last checkpoint is kept: free space and "
+                    "run again to write the result"
+                )
+                raise DiskFullError(disk_full_message(e, kept=kept)) from e
+            self.tracker.summary(result)
+            if not failed:  # the fallback checkpoint is no longer needed
+                checkpoint.prune(self.run_dir / rf.CHECKPOINTS, keep=1)
+        self.tracker.close(failed=failed)
+        return result
+
+
+# ------------------------------------------------------------------- setup
+
+
+def setup(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> Run:
+    """The launch, the pre-training subset, the run folder's config.json, the model and
+    its optimiser: everything before the first step (and before a resume)."""
+    started, setup_started = time.time(), time.perf_counter()
+    cfg, accelerator, precision = _launch(config)
+    train_set, total_steps = _pretraining_set(cfg, accelerator)
+    cid, resolved = _record_config(cfg, run_dir, train_set, total_steps, accelerator)
+    run = Run(
+        cfg=cfg,
+        run_dir=run_dir,
+        preemption=preemption,
+        accelerator=accelerator,
+        precision=precision,
+        stop_group=agreement_group(),
+        num_workers=num_workers_for(cfg, device=accelerator.device),
+        train_set=train_set,
+        total_steps=total_steps,
+        cell_id=cid,
+        resolved=resolved,
+        started=started,
+        setup_started=setup_started,
+        **_model(cfg, accelerator, train_set.num_classes, total_steps),
+    )
+    run.accelerator.print(
+        f"{cid}: {run.world} process(es) on {run.device} "
+        f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}), "
+        f"{precision}, micro-batch {run.step_fn.micro_batch} x "
+        f"{cfg.train.batch_size // run.world // run.step_fn.micro_batch} per process, "
+        f"{run.num_workers} loader worker(s)"
+    )
+    return run
+
+
+def _launch(config: dict | Config) -> tuple[Config, Any, str]:
+    """The Accelerator (devices, processes, precision; every RNG seeded) and the config
+    checked against the launch."""
+    cfg = config if isinstance(config, Config) else resolve(config)
+    accelerator, precision = make_accelerator(
+        precision=cfg.train.precision,
+        seed_everything=cfg.seed,
+        timeout=process_group_timeout(flops.count(cfg.model.name, cfg.data.image_size).params),
+    )
+    return resolve(cfg, num_processes=accelerator.num_processes), accelerator, precision
+
+
+def _pretraining_set(cfg: Config, accelerator) -> tuple[Any, int]:
+    """The pre-training subset and the run's length in steps."""
+    d = cfg.data
+    if problems := preflight(cfg, dataset_size=dataset_size(cfg)).problems:
+        raise ConfigError(problems)  # before building anything: a subset the set cannot hold
+    try:
+        train_set = build_dataset(
+            d.dataset,
+            "train",
+            root=d.root,
+            image_size=d.image_size,
+            subset=d.subset,
+            seed=cfg.seed,
+            download=d.download,
+            class_balanced=d.class_balanced,
+            shuffle_shards=d.shuffle_shards,
+            skip_bad_samples=d.skip_bad_samples,
+        )
+    except (DatasetNotFoundError, DatasetFormatError):
+        raise
+    except ValueError as e:  # a folder source's size is known only now
+        raise ConfigError([f"data: {e}"]) from None
+    t = cfg.train
+    total_steps = to_steps(
+        steps=t.steps,
+        epochs=t.epochs,
+        examples=t.examples,
+        batch_size=t.batch_size,
+        num_examples=len(train_set),
+    )
+    problems, notes = length_checks(cfg, total_steps)
+    if problems:
+        raise ConfigError(problems)
+    for note in notes:
+        accelerator.print(f"note: {note}")
+    if train_set.multilabel and t.loss == "softmax":
+        raise ConfigError([f"train.loss: {d.dataset} is multi-label; use 'sigmoid'"])
+    return train_set, total_steps
+
+
+def _record_config(
+    cfg: Config, run_dir: Path, train_set, total_steps: int, accelerator
+) -> tuple[str, dict[str, Any]]:
+    """The cell id and config.json: the resolved config and what the data added."""
+    cid = cell_id(cfg)
+    resolved = cfg.to_dict()
+    resolved["cell_id"] = cid
+    resolved["data"]["num_examples"] = len(train_set)
+    resolved["data"]["num_classes"] = train_set.num_classes
+    if getattr(train_set, "selection", None):  # a sharded subset: exactly which examples
+        resolved["data"]["selection"] = train_set.selection
+    resolved["train"]["total_steps"] = total_steps
+    if accelerator.is_main_process:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _check_same_run(run_dir, cid)
+        rf.write_json_if_changed(run_dir / rf.CONFIG, resolved)
+    return cid, resolved
+
+
+def _model(cfg: Config, accelerator, num_classes: int, total_steps: int) -> dict[str, Any]:
+    """The model (a published checkpoint's trunk when asked) and its compute, AdamW and the
+    schedule, prepared for the launch, and the step that trains them: :class:`Run`'s
+    fields."""
+    name, d, o, t = cfg.model.name, cfg.data, cfg.optim, cfg.train
+    try:
+        model = create_model(
+            name,
+            num_classes=num_classes,
+            image_size=d.image_size,
+            head="pretrain",
+            pool=cfg.model.pool,
+            dropout=cfg.model.dropout,
+            pre_logits=cfg.model.pre_logits,
+            pretrained=cfg.model.pretrained,
+        )
+    except (FileNotFoundError, ValueError) as e:  # a checkpoint missing, unsafe or unfit
+        raise ConfigError([f"model.pretrained: {e}"]) from None
+    published = cfg.model.pretrained and published_compute(
+        name, cfg.model.pretrained_dataset, cfg.model.pretrained_epochs
+    )
+    cost = flops.count(
+        name,
+        d.image_size,
+        num_classes=num_classes,
+        head="pretrain",
+        pool=cfg.model.pool,
+        pre_logits=cfg.model.pre_logits,
+    )
+    device = accelerator.device
+    per_process = t.batch_size // accelerator.num_processes
+    micro = micro_batch_for(cfg, per_process=per_process, num_classes=num_classes, device=device)
+    channels_last = channels_last_for(cfg, device=device)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = build_adamw(model, lr=o.lr, weight_decay=o.weight_decay, betas=o.betas)
+    schedule = build_schedule(
+        optimizer,
+        total_steps=total_steps,
+        warmup_steps=o.warmup_steps,
+        schedule=o.schedule,
+        end_lr=o.end_lr,
+    )
+    prepared, optimizer = accelerator.prepare(model, optimizer)
+    step = Step(
+        accelerator=accelerator,
+        model=prepared,
+        forward=compile_model(prepared, t.compile) if t.compile else prepared,
+        optimizer=optimizer,
+        schedule=schedule,
+        loss_kind=t.loss,
+        label_smoothing=t.label_smoothing,
+        micro_batch=micro,
+        grad_clip=t.grad_clip,
+    )
+    return dict(
+        model=prepared,
+        unwrapped=accelerator.unwrap_model(prepared),
+        optimizer=optimizer,
+        schedule=schedule,
+        step_fn=step,
+        cost=cost,
+        published=published or None,
+        channels_last=channels_last,
+    )
+
+
+def _check_same_run(run_dir: Path, cid: str) -> None:
+    """A run folder belongs to one cell: refuse to mix two configs' checkpoints."""
+    existing = run_dir / rf.CONFIG
+    if existing.is_file():
+        old = rf.read_json(existing).get("cell_id")
+        if old and old != cid:
+            raise ConfigError(
+                [
+                    f"{run_dir} holds run {old}, but this config is run {cid}; use another "
+                    "--workdir or delete it"
+                ]
+            )
