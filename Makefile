@@ -10,7 +10,7 @@ RUNS ?= runs
 FIGURES ?= figures
 WORKERS ?= 2
 
-.PHONY: install test cluster lint format demo demo-slurm demo-report study sweep report bench clean
+.PHONY: install check test cluster lint format demo demo-slurm demo-report study sweep report bench clean
 
 install: $(STAMP)
 
@@ -46,6 +46,12 @@ cluster:
 lint: $(STAMP)
 	$(VENV)/bin/ruff check vitscale analysis tests benchmarks
 	$(VENV)/bin/ruff format --check vitscale analysis tests benchmarks
+
+# Before the suite (.ci/run): lint, the layers contract (import-linter, pyproject.toml; imports
+# inside functions count), and the analysis tests in an environment without torch.
+check: lint
+	$(VENV)/bin/lint-imports
+	VITSCALE_WITHOUT_TORCH=1 $(PY) -m pytest -p no:cacheprovider -q tests/analysis
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix vitscale analysis tests benchmarks

@@ -14,7 +14,7 @@ from vitscale.cli import main
 from vitscale.config import ConfigError, cell_id, resolve, to_steps
 from vitscale.train.optim import build_adamw, lr_factor, param_groups
 
-from .conftest import tiny_config
+from .helpers.configs import tiny_config
 
 
 def _problems(config, **kwargs) -> list[str]:

@@ -10,7 +10,7 @@ from vitscale import record as rf
 from vitscale.evals.fewshot import BIAS_FEATURE, STD_EPS, ridge_fewshot_accuracy
 from vitscale.train import train
 
-from .conftest import tiny_config
+from .helpers.configs import tiny_config
 
 
 def _numpy_ridge_predictions(train_x, train_y, test_x, num_classes, l2):

@@ -20,7 +20,7 @@ from vitscale.config import cell_id, resolve
 from vitscale.models import create_model, load_pretrained
 from vitscale.train import checkpoint
 
-from .test_pretrained import _fill_, _official, _rel
+from .helpers.models import fill_, official, rel
 
 timm = pytest.importorskip("timm")
 
@@ -40,7 +40,7 @@ def _run_folder(tmp_path, name: str, *, image_size: int, head: str, num_classes:
     run = tmp_path / "runs" / "g" / resolved["cell_id"]
     run.mkdir(parents=True)
     rf.write_json_atomic(run / rf.CONFIG, resolved)
-    model = _fill_(create_model(name, num_classes=num_classes, image_size=image_size, head=head))
+    model = fill_(create_model(name, num_classes=num_classes, image_size=image_size, head=head))
     state = {"model": model.state_dict(), "progress": {"step": 3}}
     checkpoint.save(
         run / rf.CHECKPOINTS, step=3, state=state, rank=0, num_processes=1, barrier=lambda: None
@@ -60,7 +60,7 @@ def test_vit_pretraining_cell_into_timm_and_back(tmp_path, fmt, capsys):
     model = timm.create_model(f"local-dir:{out}", pretrained=True).eval()
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
-        assert _rel(ours.forward_features(x)[:, 0], model(x)) <= 1e-5
+        assert rel(ours.forward_features(x)[:, 0], model(x)) <= 1e-5
     back = load_pretrained("ViT-Pico/4", out, head="drop", num_classes=5)
     for key, value in back.state_dict().items():
         if not key.startswith("head."):
@@ -75,10 +75,10 @@ def test_resnet_and_hybrid_cells_keep_their_head(tmp_path, name, image_size):
     done = main(["export", str(run)])
     assert done == 0
     out = run / "export-safetensors"
-    model = _official(timm.create_model(f"local-dir:{out}", pretrained=True), parse(name).family)
+    model = official(timm.create_model(f"local-dir:{out}", pretrained=True), parse(name).family)
     x = torch.randn(2, 3, image_size, image_size)
     with torch.no_grad():
-        assert _rel(ours(x), model.eval()(x)) <= 1e-5
+        assert rel(ours(x), model.eval()(x)) <= 1e-5
     back = load_pretrained(name, out).state_dict()
     assert back.keys() == ours.state_dict().keys()
     assert all(torch.equal(back[k], v) for k, v in ours.state_dict().items())

@@ -21,7 +21,7 @@ from vitscale.train import checkpoint, finetune, train
 from vitscale.train import finetune_progress as fp
 from vitscale.train.runtime import make_accelerator
 
-from .conftest import tiny_config
+from .helpers.configs import tiny_config
 
 DATASET = "synthetic-textures"
 

@@ -15,7 +15,7 @@ from vitscale.cli import main
 from vitscale.models import create_model
 from vitscale.paper import table6
 
-from .conftest import REAL_PARAM_LIMIT, small_resolution
+from .helpers.models import REAL_PARAM_LIMIT, small_resolution
 
 ALL = list_models()
 

@@ -18,7 +18,7 @@ from vitscale.grid.cellrun import cell_lock, run_cell
 from vitscale.grid.plan import plan, prepare
 from vitscale.grid.spec import load_grid
 
-from .conftest import tiny_config
+from .helpers.configs import tiny_config
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 

@@ -6,41 +6,18 @@ job that dies without writing a result is only seen as over once `sacct` reports
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from .helpers.cluster import SCRIPT, ensure_cluster, run
+
 pytestmark = pytest.mark.slurm
 
-SCRIPT = Path(__file__).resolve().parents[1] / "slurm" / "local-cluster.sh"
 PARTITION = "debug"
 CLUSTER = "vitscale"
-
-
-def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
-
-
-def ensure_cluster() -> str:
-    """Bring the cluster up (fast when it already is) and return what `up` said.
-
-    Skips without root outside CI; in CI (``CI`` set) the SLURM tests must run, so a
-    failure to start fails loudly instead.
-    """
-    if os.geteuid() != 0 and not os.environ.get("CI"):
-        pytest.skip(f"{SCRIPT} up needs root (installs packages, starts daemons); CI is not set")
-    # From scratch `up` installs Debian packages: allow for a slow mirror.
-    done = _run(str(SCRIPT), "up", timeout=900)
-    if done.returncode != 0:
-        pytest.fail(
-            f"{SCRIPT} up failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr}",
-            pytrace=False,
-        )
-    return done.stdout
 
 
 @pytest.fixture(scope="module")
@@ -50,11 +27,11 @@ def cluster() -> None:
 
 def test_up_is_idempotent_and_status_reports_every_daemon(cluster: None) -> None:
     started = time.monotonic()
-    again = _run(str(SCRIPT), "up")
+    again = run(str(SCRIPT), "up")
     assert again.returncode == 0, again.stderr
     assert "already up" in again.stdout  # nothing restarted
     assert time.monotonic() - started < 10
-    status = _run(str(SCRIPT), "status")
+    status = run(str(SCRIPT), "status")
     assert status.returncode == 0, status.stdout + status.stderr
     for daemon in ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd"):
         assert re.search(rf"^{daemon}\s+running \(pid \d+\)$", status.stdout, re.MULTILINE), (
@@ -67,7 +44,7 @@ def _sacct_state(job_id: str, *, timeout_s: float = 20) -> str:
     deadline = time.monotonic() + timeout_s
     row = ""
     while time.monotonic() < deadline:
-        query = _run(
+        query = run(
             "sacct",
             "--jobs",
             job_id,
@@ -89,7 +66,7 @@ def test_batch_job_runs_and_sacct_records_its_end(
     cluster: None, tmp_path: Path, exit_code: int, state: str
 ) -> None:
     output = tmp_path / "job.out"
-    job = _run(
+    job = run(
         "sbatch",
         "--parsable",
         "--wait",

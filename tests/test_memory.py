@@ -21,7 +21,7 @@ from vitscale.grid.profile import load_profile
 from vitscale.grid.spec import load_grid
 from vitscale.models import create_model
 
-from .conftest import REAL_PARAM_LIMIT, small_resolution
+from .helpers.models import REAL_PARAM_LIMIT, small_resolution
 
 ROOT = Path(__file__).resolve().parents[1]
 # Every registry model small enough to run on the CPU; the hybrid trunk is held below.

@@ -10,7 +10,7 @@ from vitscale.flops import count
 from vitscale.models import create_model, resize_pos_embed
 from vitscale.models.vit import Attention, reference_attention
 
-from .conftest import REAL_PARAM_LIMIT, small_resolution
+from .helpers.models import REAL_PARAM_LIMIT, small_resolution
 
 ALL = list_models()
 SMALL = [n for n in ALL if count(n).params <= REAL_PARAM_LIMIT]

@@ -16,7 +16,6 @@ and each patch cites its source line:
 
 from __future__ import annotations
 
-import types
 from functools import partial
 
 import numpy as np
@@ -30,55 +29,11 @@ from vitscale.models.layouts import from_vitscale
 from vitscale.models.pretrained import PretrainedError, read_weights
 from vitscale.models.resnet import SameStdConv2d
 
+from .helpers.models import fill_, jax_vit, official, rel, vit_kwargs
+
 timm = pytest.importorskip("timm")
 
 TOL = 1e-5  # relative, fp32 (the issue's bar)
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a - b).abs().max() / a.abs().max()).item()
-
-
-def _fill_(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-    """Random weights at sensible scales, fast (one uniform_ per tensor: a 400M-parameter
-    BiT fills in about a second): kernels with variance 1 / fan-in, norm scales near 1."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.ndim > 1 and not name.endswith(("pos_embed", "cls_token")):
-                bound = 3**0.5 * p[0].numel() ** -0.5
-                p.uniform_(-bound, bound, generator=g)
-            elif name.endswith("weight"):
-                p.uniform_(0.8, 1.2, generator=g)
-            else:
-                p.uniform_(-0.1, 0.1, generator=g)
-    return model
-
-
-def _official_ws(self, x):
-    """vision_transformer models_resnet.weight_standardize: (w - mean) / (std + 1e-5)."""
-    from timm.layers.padding import pad_same
-
-    if self.same_pad:
-        x = pad_same(x, self.kernel_size, self.stride, self.dilation)
-    w = self.weight
-    var, mean = torch.var_mean(w, dim=(1, 2, 3), keepdim=True, correction=0)
-    w = (w - mean) / (var.sqrt() + 1e-5)
-    return F.conv2d(x, w, self.bias, self.stride, self.padding, self.dilation, self.groups)
-
-
-def _official(model: torch.nn.Module, family: str) -> torch.nn.Module:
-    """Patch a timm port to the official numerics where it departs (module docstring)."""
-    from timm.layers.std_conv import StdConv2d, StdConv2dSame
-
-    for m in model.modules():
-        if family == "ResNet" and isinstance(m, StdConv2d):
-            m.eps = 1e-10
-        if family == "Hybrid" and isinstance(m, torch.nn.GroupNorm):
-            m.eps = 1e-6
-        if family == "Hybrid" and isinstance(m, StdConv2dSame):
-            m.forward = types.MethodType(_official_ws, m)
-    return model
 
 
 def _timm(arch, family: str, **kwargs) -> torch.nn.Module:
@@ -87,7 +42,7 @@ def _timm(arch, family: str, **kwargs) -> torch.nn.Module:
         kwargs.setdefault("act_layer", "gelu_tanh")
     with torch.device("meta"):
         model = arch(**kwargs) if callable(arch) else timm.create_model(arch, **kwargs)
-    return _official(_fill_(model.to_empty(device="cpu")), family).eval()
+    return official(fill_(model.to_empty(device="cpu")), family).eval()
 
 
 def _tiny_bit(**kwargs):
@@ -145,7 +100,7 @@ def test_logits_equal_timm_port(name, arch, kwargs, res, no_onednn):
     x = torch.randn(2, 3, res, res, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         expected, got = ref(x), ours(x)
-    assert _rel(expected, got) <= TOL
+    assert rel(expected, got) <= TOL
 
 
 def test_same_padding_matches_tensorflow_rule():
@@ -206,79 +161,6 @@ def test_resize_pos_embed_is_the_official_zoom(old, new, prefix):
 # ----------------------------------------------------------------------------- formats
 
 
-def _jax_vit(sd, heads: int, *, big_vision: bool = False, scan: bool = False, prefix=""):
-    """A timm ViT's weights in the official flax layout (the names and axes that timm's
-    own reader of official files, ``_load_weights``, expects)."""
-    t = lambda x: x.detach().numpy()  # noqa: E731
-    mha, ln2, mlp = ("0", "1", "0") if big_vision else ("1", "2", "3")
-    out = {
-        "embedding/kernel": t(sd["patch_embed.proj.weight"].permute(2, 3, 1, 0)),
-        "embedding/bias": t(sd["patch_embed.proj.bias"]),
-        "Transformer/encoder_norm/scale": t(sd["norm.weight"]),
-        "Transformer/encoder_norm/bias": t(sd["norm.bias"]),
-        "head/kernel": t(sd["head.weight"].T),
-        "head/bias": t(sd["head.bias"]),
-    }
-    if "cls_token" in sd:
-        out["cls"] = t(sd["cls_token"])
-    pos = "pos_embedding" if big_vision else "Transformer/posembed_input/pos_embedding"
-    out[pos] = t(sd["pos_embed"])
-    blocks = []
-    i = 0
-    while f"blocks.{i}.norm1.weight" in sd:
-        b = lambda k, i=i: sd[f"blocks.{i}.{k}"]  # noqa: E731
-        d = b("norm1.weight").shape[0]
-        block = {
-            "LayerNorm_0/scale": b("norm1.weight"),
-            "LayerNorm_0/bias": b("norm1.bias"),
-            f"LayerNorm_{ln2}/scale": b("norm2.weight"),
-            f"LayerNorm_{ln2}/bias": b("norm2.bias"),
-            f"MultiHeadDotProductAttention_{mha}/out/kernel": b("attn.proj.weight").T.reshape(
-                heads, d // heads, d
-            ),
-            f"MultiHeadDotProductAttention_{mha}/out/bias": b("attn.proj.bias"),
-            f"MlpBlock_{mlp}/Dense_0/kernel": b("mlp.fc1.weight").T,
-            f"MlpBlock_{mlp}/Dense_0/bias": b("mlp.fc1.bias"),
-            f"MlpBlock_{mlp}/Dense_1/kernel": b("mlp.fc2.weight").T,
-            f"MlpBlock_{mlp}/Dense_1/bias": b("mlp.fc2.bias"),
-        }
-        for j, n in enumerate(("query", "key", "value")):
-            w = b("attn.qkv.weight").chunk(3)[j]
-            block[f"MultiHeadDotProductAttention_{mha}/{n}/kernel"] = w.T.reshape(
-                d, heads, d // heads
-            )
-            block[f"MultiHeadDotProductAttention_{mha}/{n}/bias"] = (
-                b("attn.qkv.bias").chunk(3)[j].reshape(heads, -1)
-            )
-        blocks.append({k: t(v) for k, v in block.items()})
-        i += 1
-    if scan:  # big_vision's nn.scan: one stacked array per parameter
-        for k in blocks[0]:
-            out[f"Transformer/encoderblock/{k}"] = np.stack([blk[k] for blk in blocks])
-    else:
-        for i, blk in enumerate(blocks):
-            out |= {f"Transformer/encoderblock_{i}/{k}": v for k, v in blk.items()}
-    trunk = "patch_embed.backbone."
-    if trunk + "stem.conv.weight" in sd:
-        hwio = lambda x: t(x.permute(2, 3, 1, 0))  # noqa: E731
-        out["conv_root/kernel"] = hwio(sd[trunk + "stem.conv.weight"])
-        out["gn_root/scale"] = t(sd[trunk + "stem.norm.weight"])
-        out["gn_root/bias"] = t(sd[trunk + "stem.norm.bias"])
-        for key, value in sd.items():
-            if key.startswith(trunk + "stages."):
-                s, _, u, *rest = key[len(trunk + "stages.") :].split(".")
-                unit = f"block{int(s) + 1}/unit{int(u) + 1}/"
-                mod, param = ".".join(rest[:-1]), rest[-1]
-                name = {"downsample.conv": "conv_proj", "downsample.norm": "gn_proj"}.get(
-                    mod, mod.replace("norm", "gn")
-                )
-                if param == "weight" and value.ndim == 4:
-                    out[unit + name + "/kernel"] = hwio(value)
-                else:
-                    out[unit + name + ("/scale" if param == "weight" else "/bias")] = t(value)
-    return {prefix + k: np.ascontiguousarray(v) for k, v in out.items()}
-
-
 def _big_transfer(sd):
     """A timm BiT's weights in big_transfer's TF layout (what timm's ResNetV2
     ``load_pretrained`` reads)."""
@@ -335,18 +217,6 @@ def _big_vision_bit(bt: dict) -> dict:
     return out
 
 
-def _vit_kwargs(name: str, res: int) -> dict:
-    spec = parse(name)
-    return dict(
-        img_size=res,
-        patch_size=spec.patch,
-        embed_dim=spec.width,
-        depth=spec.depth,
-        num_heads=spec.heads,
-        mlp_ratio=spec.mlp_dim / spec.width,
-    )
-
-
 def _check_timm_reads(arch, family, path, reference, **kwargs):
     """timm's own reader of the official layout recovers every tensor we wrote."""
     reader = _timm(arch, family, **kwargs)
@@ -370,7 +240,7 @@ X32 = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(2))
 )
 def test_official_vit_npz(tmp_path, layout, pool, scan):
     big_vision = layout == "big_vision"
-    kw = _vit_kwargs("ViT-Pico/8", 32) | dict(num_classes=5)
+    kw = vit_kwargs("ViT-Pico/8", 32) | dict(num_classes=5)
     if pool == "gap":
         kw |= dict(class_token=False, global_pool="avg", fc_norm=False)
     elif big_vision:
@@ -379,23 +249,23 @@ def test_official_vit_npz(tmp_path, layout, pool, scan):
         )  # big_vision adds the position embedding before the class token
     ref = _timm(timm.models.vision_transformer.VisionTransformer, "ViT", **kw)
     path = tmp_path / "vit.npz"
-    np.savez(path, **_jax_vit(ref.state_dict(), heads=2, big_vision=big_vision, scan=scan))
+    np.savez(path, **jax_vit(ref.state_dict(), heads=2, big_vision=big_vision, scan=scan))
     _check_timm_reads(timm.models.vision_transformer.VisionTransformer, "ViT", path, ref, **kw)
     ours = load_pretrained("ViT-Pico/8", path).eval()
     assert ours.pool == pool and ours.head.classifier.out_features == 5
     with torch.no_grad():
-        assert _rel(ref(X32), ours(X32)) <= TOL
+        assert rel(ref(X32), ours(X32)) <= TOL
 
 
 def test_official_hybrid_npz(tmp_path):
     kw = dict(num_classes=4, img_size=32, embed_dim=384, num_heads=6)
     ref = _timm("vit_base_r50_s16_224", "Hybrid", **kw)
     path = tmp_path / "R50+ViT-S_16.npz"
-    np.savez(path, **_jax_vit(ref.state_dict(), heads=6))
+    np.savez(path, **jax_vit(ref.state_dict(), heads=6))
     _check_timm_reads("vit_base_r50_s16_224", "Hybrid", path, ref, **kw)
     ours = load_pretrained("R50x1+ViT-S/16", path).eval()
     with torch.no_grad():
-        assert _rel(ref(X32), ours(X32)) <= TOL
+        assert rel(ref(X32), ours(X32)) <= TOL
 
 
 def test_official_bit_npz_both_layouts(tmp_path):
@@ -410,7 +280,7 @@ def test_official_bit_npz_both_layouts(tmp_path):
         expected = ref(X32)
         for file in ("big_transfer.npz", "big_vision.npz"):
             ours = load_pretrained("BiT-R11x0.5", tmp_path / file).eval()
-            assert _rel(expected, ours(X32)) <= TOL, file
+            assert rel(expected, ours(X32)) <= TOL, file
 
 
 @pytest.mark.parametrize("suffix", [".pth", ".safetensors", ".bin"])
@@ -422,7 +292,7 @@ def test_timm_files(tmp_path, suffix):
     ref = _timm(
         timm.models.vision_transformer.VisionTransformer,
         "ViT",
-        **_vit_kwargs("ViT-Pico/8", 32),
+        **vit_kwargs("ViT-Pico/8", 32),
         num_classes=3,
     )
     sd = ref.state_dict()
@@ -435,7 +305,7 @@ def test_timm_files(tmp_path, suffix):
         torch.save(sd, path)
     model = create_model("ViT-Pico/8", num_classes=3, image_size=32, pretrained=path)
     with torch.no_grad():
-        assert _rel(ref(X32), model.eval()(X32)) <= TOL
+        assert rel(ref(X32), model.eval()(X32)) <= TOL
 
 
 def test_hugging_face_vit_folder(tmp_path):
@@ -456,18 +326,18 @@ def test_hugging_face_vit_folder(tmp_path):
     )
     torch.manual_seed(0)
     hf = transformers.ViTModel(config, add_pooling_layer=True).eval()
-    _fill_(hf)
+    fill_(hf)
     hf.save_pretrained(tmp_path)
     assert (tmp_path / "model.safetensors").is_file()
     ours = create_model("ViT-Pico/8", num_classes=3, image_size=32, pretrained=tmp_path).eval()
     assert ours.head.dense is not None  # the pooler is the paper's pre-logits
     with torch.no_grad():
         expected = hf(pixel_values=X32).pooler_output
-        assert _rel(expected, ours.pre_logits(X32)) <= TOL
+        assert rel(expected, ours.pre_logits(X32)) <= TOL
     # the same model's in-memory state dict (transformers 5's module names)
     again = create_model("ViT-Pico/8", num_classes=3, image_size=32, pretrained=hf.state_dict())
     with torch.no_grad():
-        assert _rel(expected, again.eval().pre_logits(X32)) <= TOL
+        assert rel(expected, again.eval().pre_logits(X32)) <= TOL
 
 
 def test_hugging_face_bit_folder(tmp_path):
@@ -480,14 +350,14 @@ def test_hugging_face_bit_folder(tmp_path):
         embedding_size=32,
         num_labels=4,
     )
-    hf = _fill_(transformers.BitForImageClassification(config)).eval()
+    hf = fill_(transformers.BitForImageClassification(config)).eval()
     for m in hf.modules():  # HF's port departs as timm's: weight-std epsilon 1e-8
         if hasattr(m, "eps") and isinstance(m, torch.nn.Conv2d):
             m.eps = 1e-10
     hf.save_pretrained(tmp_path)
     ours = load_pretrained("BiT-R11x0.5", tmp_path).eval()
     with torch.no_grad():
-        assert _rel(hf(pixel_values=X32).logits, ours(X32)) <= TOL
+        assert rel(hf(pixel_values=X32).logits, ours(X32)) <= TOL
 
 
 # ----------------------------------------------------------------------------- heads
@@ -499,7 +369,7 @@ def pico(tmp_path_factory):
     ref = _timm(
         timm.models.vision_transformer.VisionTransformer,
         "ViT",
-        **_vit_kwargs("ViT-Pico/8", 32),
+        **vit_kwargs("ViT-Pico/8", 32),
         num_classes=10,
     )
     path = tmp_path_factory.mktemp("pico") / "pico.pth"

@@ -18,8 +18,8 @@ from vitscale.published import DATASETS, published_compute
 from vitscale.record.cells import load_runs
 from vitscale.train import train
 
-from .conftest import tiny_config
-from .test_pretrained import _fill_, _jax_vit, _vit_kwargs
+from .helpers.configs import tiny_config
+from .helpers.models import fill_, jax_vit, vit_kwargs
 
 timm = pytest.importorskip("timm")
 
@@ -89,12 +89,12 @@ def test_new_keys_leave_existing_cell_ids_alone():
 @pytest.fixture(scope="module")
 def checkpoint_npz(tmp_path_factory):
     """A "published" ViT-Pico/4 in the official vision_transformer .npz layout."""
-    kw = _vit_kwargs("ViT-Pico/4", 32) | dict(num_classes=21, act_layer="gelu_tanh")
+    kw = vit_kwargs("ViT-Pico/4", 32) | dict(num_classes=21, act_layer="gelu_tanh")
     with torch.device("meta"):
         ref = timm.models.vision_transformer.VisionTransformer(**kw)
-    ref = _fill_(ref.to_empty(device="cpu"))
+    ref = fill_(ref.to_empty(device="cpu"))
     path = tmp_path_factory.mktemp("published") / "ViT-Pico_4.npz"
-    np.savez(path, **_jax_vit(ref.state_dict(), heads=2))
+    np.savez(path, **jax_vit(ref.state_dict(), heads=2))
     return path
 
 

@@ -20,7 +20,7 @@ from vitscale.grid.local import gpu_groups
 from vitscale.grid.profile import load_profile
 from vitscale.train import runtime
 
-from .conftest import tiny_config
+from .helpers.configs import tiny_config
 
 
 @pytest.mark.parametrize(

@@ -41,7 +41,7 @@ from vitscale.grid.slurm import (
     shape_for,
 )
 
-from .test_local_cluster import ensure_cluster
+from .helpers.cluster import ensure_cluster
 
 PROFILES = Path(__file__).resolve().parents[1] / "slurm" / "profiles"
 LOCAL_PROFILE = PROFILES / "local.yaml"

@@ -13,7 +13,7 @@ from vitscale import record as rf
 from vitscale.record.wandb import wandb_mode
 from vitscale.train import train
 
-from .conftest import tiny_config
+from .helpers.configs import tiny_config
 
 FAKE_KEY = "local-0123456789abcdef0123456789abcdef01234567"
 WANDB = str(Path(sys.executable).with_name("wandb"))

@@ -19,18 +19,8 @@ from vitscale import record as rf
 from vitscale.train import Preempted, checkpoint, step, train
 from vitscale.train.timing import PHASES
 
-from .conftest import rows_of, tiny_config, weights
-
-
-def _assert_same_run(a: Path, b: Path) -> None:
-    wa, wb = weights(a), weights(b)
-    assert wa.keys() == wb.keys()
-    for key in wa:
-        assert torch.equal(wa[key], wb[key]), f"{key} differs"
-    assert rows_of(a) == rows_of(b)
-    ra, rb = (rf.read_json(p / rf.RESULT) for p in (a, b))
-    assert ra["best"] == rb["best"] and ra["steps"] == rb["steps"]
-    assert ra["pretrain_exaflops"] == rb["pretrain_exaflops"]
+from .helpers.configs import tiny_config
+from .helpers.runs import assert_same_run, rows_of, signal_at, weights
 
 
 @pytest.fixture(scope="module")
@@ -73,25 +63,11 @@ def test_run_folder_contract(uninterrupted):
     assert state["progress"]["step"] == 12
 
 
-def _signal_at(monkeypatch, call: int) -> None:
-    """Send this process SIGUSR1 during the ``call``-th loss evaluation (mid-step)."""
-    calls = {"n": 0}
-    real = step.loss_fn
-
-    def loss_then_signal(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == call:
-            os.kill(os.getpid(), signal.SIGUSR1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(step, "loss_fn", loss_then_signal)
-
-
 @pytest.mark.parametrize("interrupt_step", [3, 8])
 def test_resume_after_signal_is_exact(tmp_path, monkeypatch, uninterrupted, interrupt_step):
     """SIGUSR1 at a step between periodic checkpoints: checkpoint there, stop, resume."""
     with monkeypatch.context() as patch:
-        _signal_at(patch, interrupt_step)
+        signal_at(patch, interrupt_step)
         with pytest.raises(Preempted) as stopped:
             train(tiny_config(), tmp_path)
     assert stopped.value.step == interrupt_step and stopped.value.signal_name == "SIGUSR1"
@@ -99,7 +75,7 @@ def test_resume_after_signal_is_exact(tmp_path, monkeypatch, uninterrupted, inte
     assert checkpoint.latest(tmp_path / rf.CHECKPOINTS).name.endswith(f"{interrupt_step:09d}")
     result = train(tiny_config(), tmp_path)
     assert result.status == rf.STATUS_DONE and result.restarts == 1
-    _assert_same_run(uninterrupted, tmp_path)
+    assert_same_run(uninterrupted, tmp_path)
 
 
 _DIE_DURING_SECOND_CHECKPOINT = """
@@ -197,7 +173,7 @@ def test_sigkill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path, uni
     result = train(tiny_config(), tmp_path)
     assert result.restarts == 1
     assert sorted(p.name for p in ckpts.iterdir()) == ["step_000000012"]
-    _assert_same_run(uninterrupted, tmp_path)
+    assert_same_run(uninterrupted, tmp_path)
 
 
 def test_non_finite_loss_stops_and_marks_the_run_failed(tmp_path, monkeypatch):

@@ -22,9 +22,9 @@ from vitscale.config import resolve
 from vitscale.data import build_dataset
 from vitscale.train import Preempted, checkpoint, train
 
-from .conftest import rows_of, tiny_config
+from .helpers.configs import tiny_config
+from .helpers.runs import assert_same_run, rows_of, signal_at
 from .test_data_shards import _bad_set, jpeg_bytes, write_jpeg_shards
-from .test_train import _assert_same_run, _signal_at
 
 
 def shard_config(root: Path, **sections) -> dict:
@@ -76,14 +76,14 @@ def test_sigusr1_mid_epoch_resumes_bit_identically(shards, uninterrupted, tmp_pa
     """Step 6 reads positions 48-55, the middle of the second epoch; the checkpoint is
     at step 4, so the resumed run must compute, not replay, where the stream was."""
     with monkeypatch.context() as patch:
-        _signal_at(patch, 6)
+        signal_at(patch, 6)
         with pytest.raises(Preempted) as stopped:
             train(shard_config(shards), tmp_path)
     assert stopped.value.step == 6
     assert checkpoint.latest(tmp_path / rf.CHECKPOINTS).name.endswith("000000006")
     result = train(shard_config(shards, data={"num_workers": 1}), tmp_path)  # a worker now
     assert result.status == rf.STATUS_DONE and result.restarts == 1
-    _assert_same_run(uninterrupted, tmp_path)
+    assert_same_run(uninterrupted, tmp_path)
 
 
 def test_two_gloo_processes_read_what_one_reads(shards, uninterrupted, tmp_path):

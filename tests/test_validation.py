@@ -13,7 +13,7 @@ import yaml
 
 from vitscale.cli import main
 
-from .conftest import tiny_config
+from .helpers.configs import tiny_config
 
 NAN, INF = float("nan"), float("inf")
 

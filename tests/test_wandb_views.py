@@ -41,7 +41,7 @@ from vitscale.wandb_views.study import from_runs, load_study
 from vitscale.wandb_views.sync import SYNCED_SUFFIX, find_offline_runs
 from vitscale.wandb_views.workspace import build_workspace, workspace_spec
 
-from .conftest import tiny_config
+from .helpers.configs import tiny_config
 
 FAKE_KEY = "local-0123456789abcdef0123456789abcdef01234567"
 WANDB = str(Path(sys.executable).with_name("wandb"))

@@ -11,7 +11,7 @@ import yaml
 from vitscale import record as rf
 from vitscale.train import checkpoint
 
-from .conftest import (
+from ..helpers.faults import (
     assert_same_cell,
     cell_config,
     checkpoint_steps,

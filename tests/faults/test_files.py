@@ -13,7 +13,7 @@ from analysis import fixtures
 from vitscale import record as rf
 from vitscale.train import checkpoint
 
-from .conftest import cli, copy_cell, no_traceback
+from ..helpers.faults import cli, copy_cell, no_traceback
 
 
 @pytest.mark.slow  # a trainer process

@@ -37,7 +37,7 @@ import pytest
 from vitscale import record as rf
 from vitscale.train import checkpoint
 
-from .conftest import (
+from ..helpers.faults import (
     GridRun,
     assert_same_cell,
     checkpoint_steps,

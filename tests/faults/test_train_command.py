@@ -25,7 +25,7 @@ from vitscale import record as rf
 from vitscale.train import checkpoint
 from vitscale.train.signals import SECOND_INTERRUPT_S
 
-from .conftest import (
+from ..helpers.faults import (
     Foreground,
     assert_same_cell,
     cell_config,
