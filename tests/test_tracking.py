@@ -70,6 +70,8 @@ def test_offline_run_holds_the_same_history_as_metrics_jsonl(offline_run):
     key = rf.fewshot_key("synthetic-textures", 2)
     assert summary[f"best/{key}"] == pytest.approx(result.best[key])
     assert summary["status"] == rf.STATUS_DONE
+    # The W&B summary reads back as the run's result.json, field for field.
+    assert rf.RunResult.from_summary(summary) == rf.RunResult.read(run)
 
 
 def test_api_key_is_never_written(offline_run):

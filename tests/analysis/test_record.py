@@ -6,6 +6,8 @@ import json
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analysis import fixtures
 from vitscale import record as rf
@@ -232,3 +234,69 @@ def test_results_imports_no_torch():
 
     code = "import sys, vitscale.record.cells, vitscale.record.wandb_runs; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+_NAMES = st.text("abcdefghijklmnopqrstuvwxyz0123456789-_", min_size=1, max_size=12)
+_METRIC = st.builds(rf.fewshot_key, _NAMES, st.integers(1, 25)) | st.sampled_from(
+    [rf.TRAIN_LOSS, rf.LR, rf.UPSTREAM_TOP1, rf.EXAFLOPS, rf.THROUGHPUT]
+)
+_FLOAT = st.floats(allow_nan=False, allow_infinity=False, width=64)
+_COUNT = st.integers(0, 10**12)
+
+
+def _every_field_set() -> st.SearchStrategy[rf.RunResult]:
+    """Results with every field away from its default: a field a conversion forgets
+    cannot hide behind a default value."""
+    return st.builds(
+        rf.RunResult,
+        status=st.sampled_from(rf.RESULT_STATUSES),
+        error=_NAMES,
+        failed_step=_COUNT,
+        cell_id=_NAMES,
+        model=st.sampled_from(["ViT-B/16", "BiT-R50x1", "R50x1+ViT-B/16"]),
+        steps=_COUNT,
+        examples_seen=_COUNT,
+        pretrain_exaflops=_FLOAT,
+        params=_COUNT,
+        wall_clock_s=_FLOAT,
+        device_hours=_FLOAT,
+        final=st.dictionaries(_METRIC, _FLOAT, min_size=1),
+        best=st.dictionaries(_METRIC, _FLOAT, min_size=1),
+        finetune=st.dictionaries(_NAMES, _FLOAT, min_size=1),
+        precision=st.sampled_from(["bf16", "fp32"]),
+        num_processes=st.integers(1, 4096),
+        restarts=_COUNT,
+        time_s=st.dictionaries(
+            st.sampled_from(["setup", "data", "step", "eval"]), _FLOAT, min_size=1
+        ),
+        skipped_samples=_COUNT,
+        skipped=st.lists(_NAMES, min_size=1),
+        published=st.dictionaries(
+            st.sampled_from(["dataset", "exaflops", "epochs"]), _NAMES, min_size=1
+        ),
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(_every_field_set())
+def test_a_result_survives_json_and_the_wandb_summary_field_for_field(result):
+    defaults = rf.RunResult(status=result.status).to_json()
+    changed = {k for k, v in result.to_json().items() if v != defaults[k]}
+    assert changed | {"status"} == set(defaults)  # the example covers every field
+    as_json = json.loads(json.dumps(result.to_json()))
+    assert rf.RunResult.from_json(as_json) == result
+    flat = json.loads(json.dumps(result.to_summary()))  # W&B stores JSON values
+    assert all(not isinstance(v, dict) for v in flat.values())  # flat, as W&B shows it
+    assert rf.RunResult.from_summary(flat) == result
+    nested = flat | {"best": result.best, "final": result.final}  # W&B may nest these
+    assert rf.RunResult.from_summary(nested) == result
+
+
+def test_old_result_files_and_wandb_runs_read_with_defaults():
+    old = {"status": "done", "steps": 3, "best": {"fewshot/a/5shot": 0.5}, "obsolete": 1}
+    result = rf.RunResult.from_json(old)
+    assert result.steps == 3 and result.restarts is None and result.skipped == []
+    summary = {"status": "failed", "_wandb": {"runtime": 3}, "family": "ViT", "train/loss": 2.0}
+    assert rf.RunResult.from_summary(summary) == rf.RunResult(status="failed")
+    with pytest.raises(ValueError, match="no valid status"):
+        rf.RunResult.from_json({"status": "running"})
