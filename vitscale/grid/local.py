@@ -236,122 +236,151 @@ def run_local(
     env = os.environ | {"OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
     workers = min(workers, len(todo))
     groups = gpu_groups(visible_gpus(), workers=workers, processes=processes) if todo else None
-    pending: queue.Queue[Planned] = queue.Queue()
-    for item in todo:
-        pending.put(item)
-    lock = threading.Lock()  # between handing out a cell and stopping
-    stopping = threading.Event()
-    codes: dict[str, int] = {}
-    stopped: list[str] = []
     pool = [
         _Worker(env | ({"CUDA_VISIBLE_DEVICES": ",".join(groups[i])} if groups else {}), processes)
         for i in range(workers)
     ]
-    bar = tqdm(total=len(todo), desc="cells", unit="cell", disable=not todo)
+    return _Pool(todo, pool, stop_timeout=stop_timeout).run()
 
-    def label(item: Planned) -> str:
-        return f"{item.cell.id} ({item.cell.config.model.name})"
 
-    def work(worker: _Worker) -> None:
+def _label(item: Planned) -> str:
+    return f"{item.cell.id} ({item.cell.config.model.name})"
+
+
+class _Pool:
+    """Hands the cells to the workers, one thread per worker, and stops them on an
+    interrupt (module docstring): a first one stops handing out cells and sends the running
+    ones SIGTERM, a second one (or ``stop_timeout`` later) kills them."""
+
+    def __init__(self, todo: list[Planned], pool: list[_Worker], *, stop_timeout: float) -> None:
+        self.pool, self.stop_timeout = pool, stop_timeout
+        self.pending: queue.Queue[Planned] = queue.Queue()
+        for item in todo:
+            self.pending.put(item)
+        self.lock = threading.Lock()  # between handing out a cell and stopping
+        self.stopping = threading.Event()
+        self.codes: dict[str, int] = {}
+        self.stopped: list[str] = []  # checkpointed and stopped
+        self.killed: list[str] = []  # stopped at once
+        self.bar = tqdm(total=len(todo), desc="cells", unit="cell", disable=not todo)
+
+    def run(self) -> dict[str, int]:
+        threads = [threading.Thread(target=self._work, args=(w,), daemon=True) for w in self.pool]
+        with _Interrupts() as interrupts:
+            try:
+                for t in threads:
+                    t.start()
+                self._supervise(threads, interrupts)
+            finally:
+                self.bar.close()
+        if self.stopping.is_set():
+            raise Interrupted(
+                interrupts.received[0],
+                stopped=[c for c in self.stopped if c not in self.killed],
+                killed=self.killed,
+                not_started=self.pending.qsize(),
+            )
+        return self.codes
+
+    # ------------------------------------------------------------ one worker's thread
+
+    def _work(self, worker: _Worker) -> None:
         try:
-            while True:
-                with lock:
-                    if stopping.is_set():
-                        return
-                    try:
-                        item = pending.get_nowait()
-                    except queue.Empty:
-                        return
-                    try:
-                        prepare(item)
-                        worker.start(item)
-                    except OSError as e:  # its run folder cannot be written (a full disk)
-                        codes[item.cell.id] = 1
-                        tqdm.write(f"{label(item)} failed: {rf.describe_failure(e)}")
-                        bar.update()
-                        continue
+            while (item := self._hand_out(worker)) is not None:
                 code, reason = worker.wait()
-                with lock:
-                    worker.cell = None
-                    interrupted = stopping.is_set()
-                    codes[item.cell.id] = code
-                    if code == EXIT_PREEMPTED or (interrupted and code < 0):
-                        stopped.append(item.cell.id)
-                if code == EXIT_PREEMPTED or (interrupted and code < 0):
-                    if not interrupted:  # someone else signalled the cell
-                        tqdm.write(f"{label(item)} stopped: {reason or 'by a signal'}")
-                    continue  # not finished: the bar does not count it
-                if code != EXIT_OK:
-                    if code < 0:
-                        reason = _describe_death(code)
-                        _record_failure(item, reason)
-                    elif reason:
-                        _record_failure(item, reason)
-                    tqdm.write(
-                        f"{label(item)} failed: {reason or 'see its log'}; log: {item.run_dir / LOG}"
-                    )
-                bar.update()
+                self._done(worker, item, code, reason)
         finally:
             worker.close()
 
-    def busy() -> list[_Worker]:
-        return [w for w in pool if w.cell is not None]
+    def _hand_out(self, worker: _Worker) -> Planned | None:
+        """The next cell, started on ``worker``; None when there is none or the grid stops.
+        A cell whose run folder cannot be written (a full disk) fails here."""
+        with self.lock:
+            while not self.stopping.is_set():
+                try:
+                    item = self.pending.get_nowait()
+                except queue.Empty:
+                    return None
+                try:
+                    prepare(item)
+                    worker.start(item)
+                    return item
+                except OSError as e:
+                    self.codes[item.cell.id] = 1
+                    tqdm.write(f"{_label(item)} failed: {rf.describe_failure(e)}")
+                    self.bar.update()
+            return None
 
-    threads_ = [threading.Thread(target=work, args=(w,), daemon=True) for w in pool]
-    killed: list[str] = []
-    with _Interrupts() as interrupts:
-        try:
-            for t in threads_:
-                t.start()
-            deadline = reminded = 0.0
-            at_once = False  # the workers were killed
-            while any(t.is_alive() for t in threads_):
-                for t in threads_:
-                    t.join(timeout=0.2)
-                if interrupts.received and not stopping.is_set():
-                    with lock:
-                        stopping.set()
-                        running = busy()
-                        for w in running:
-                            w.signal(signal.SIGTERM)  # the trainer checkpoints on it
-                    name = signal.Signals(interrupts.received[0]).name
-                    tqdm.write(
-                        f"{name}: no new cells; waiting up to {stop_timeout:.0f} s for "
-                        f"{len(running)} running cell(s) to checkpoint and stop "
-                        "(Ctrl-C again to stop them at once)"
-                    )
-                    reminded = time.monotonic()
-                    deadline = reminded + stop_timeout
-                if not stopping.is_set() or at_once:
-                    continue
-                now = time.monotonic()
-                if len(interrupts.received) > 1 or now > deadline:
-                    with lock:
-                        running = busy()
-                        killed += [w.cell.cell.id for w in running]
-                        for w in running:
-                            w.signal(signal.SIGKILL)
-                    why = (
-                        "a second interrupt"
-                        if len(interrupts.received) > 1
-                        else f"no stop within {stop_timeout:.0f} s"
-                    )
-                    tqdm.write(f"{why}: {len(running)} cell(s) stopped at once")
-                    at_once = True
-                elif now - reminded >= _REMIND_EVERY:
-                    reminded = now
-                    names = ", ".join(label(w.cell) for w in busy() if w.cell)
-                    tqdm.write(
-                        f"still waiting for {names} to checkpoint ({deadline - now:.0f} s left; "
-                        "Ctrl-C again to stop at once)"
-                    )
-        finally:
-            bar.close()
-    if stopping.is_set():
-        raise Interrupted(
-            interrupts.received[0],
-            stopped=[c for c in stopped if c not in killed],
-            killed=killed,
-            not_started=pending.qsize(),
+    def _done(self, worker: _Worker, item: Planned, code: int, reason: str) -> None:
+        with self.lock:
+            worker.cell = None
+            interrupted = self.stopping.is_set()
+            self.codes[item.cell.id] = code
+            checkpointed = code == EXIT_PREEMPTED or (interrupted and code < 0)
+            if checkpointed:
+                self.stopped.append(item.cell.id)
+        if checkpointed:
+            if not interrupted:  # someone else signalled the cell
+                tqdm.write(f"{_label(item)} stopped: {reason or 'by a signal'}")
+            return  # not finished: the bar does not count it
+        if code != EXIT_OK:
+            if code < 0:
+                reason = _describe_death(code)
+            if reason:
+                _record_failure(item, reason)
+            tqdm.write(
+                f"{_label(item)} failed: {reason or 'see its log'}; log: {item.run_dir / LOG}"
+            )
+        self.bar.update()
+
+    # ------------------------------------------------------------ the main thread
+
+    def _busy(self) -> list[_Worker]:
+        return [w for w in self.pool if w.cell is not None]
+
+    def _supervise(self, threads: list[threading.Thread], interrupts: _Interrupts) -> None:
+        deadline = reminded = 0.0
+        at_once = False  # the workers were killed
+        while any(t.is_alive() for t in threads):
+            for t in threads:
+                t.join(timeout=0.2)
+            if interrupts.received and not self.stopping.is_set():
+                deadline = self._stop_gently(interrupts.received[0])
+                reminded = time.monotonic()
+            if not self.stopping.is_set() or at_once:
+                continue
+            now = time.monotonic()
+            if len(interrupts.received) > 1 or now > deadline:
+                self._stop_at_once(second=len(interrupts.received) > 1)
+                at_once = True
+            elif now - reminded >= _REMIND_EVERY:
+                reminded = now
+                names = ", ".join(_label(w.cell) for w in self._busy() if w.cell)
+                tqdm.write(
+                    f"still waiting for {names} to checkpoint ({deadline - now:.0f} s left; "
+                    "Ctrl-C again to stop at once)"
+                )
+
+    def _stop_gently(self, signum: int) -> float:
+        """No new cells; SIGTERM to the running ones (they checkpoint on it); returns the
+        moment they are stopped at once if they have not stopped by then."""
+        with self.lock:
+            self.stopping.set()
+            running = self._busy()
+            for w in running:
+                w.signal(signal.SIGTERM)
+        tqdm.write(
+            f"{signal.Signals(signum).name}: no new cells; waiting up to "
+            f"{self.stop_timeout:.0f} s for {len(running)} running cell(s) to checkpoint and "
+            "stop (Ctrl-C again to stop them at once)"
         )
-    return codes
+        return time.monotonic() + self.stop_timeout
+
+    def _stop_at_once(self, *, second: bool) -> None:
+        with self.lock:
+            running = self._busy()
+            self.killed += [w.cell.cell.id for w in running]
+            for w in running:
+                w.signal(signal.SIGKILL)
+        why = "a second interrupt" if second else f"no stop within {self.stop_timeout:.0f} s"
+        tqdm.write(f"{why}: {len(running)} cell(s) stopped at once")
