@@ -131,14 +131,7 @@ def train_and_score(
     model = _fresh_model(
         pretrained, cfg=cfg, num_classes=train_set.num_classes, image_size=image_size
     )
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM, weight_decay=0.0)
-    warmup = int(WARMUP_FRACTION * steps)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda s: lr_factor(
-            s, total_steps=steps, warmup_steps=warmup, schedule="cosine", base_lr=lr, end_lr=0.0
-        ),
-    )
+    optimizer, schedule = _sgd(model, lr=lr, steps=steps)
     start = 0
     if (state := progress.resume(key)) is not None:  # stopped by a signal: go on from there
         model.load_state_dict(state["model"])
@@ -178,18 +171,36 @@ def train_and_score(
             step_once(images.to(device, non_blocking=True), targets.to(device))
             progress.maybe_stop(key, step + 1, state)
         del batches  # its worker processes end here
-        model.eval()
-        logits, labels = run_model(
-            accelerator.unwrap_model(model),
-            eval_set,
-            evaluation_sample(len(eval_set), ft.test_examples, seed=cfg.seed),
-            batch_size=cfg.eval.batch_size,
-            accelerator=accelerator,
-            num_workers=num_workers,
-        )
-    accuracy = (logits.argmax(dim=1) == labels).float().mean().item()
+        accuracy = _top1(model, eval_set, cfg=cfg, accelerator=accelerator, num_workers=num_workers)
     progress.record(key, accuracy)
     return accuracy
+
+
+def _sgd(model: torch.nn.Module, *, lr: float, steps: int):
+    """SGD with momentum, no weight decay, a short linear warm-up then cosine decay to 0."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM, weight_decay=0.0)
+    warmup = int(WARMUP_FRACTION * steps)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda s: lr_factor(
+            s, total_steps=steps, warmup_steps=warmup, schedule="cosine", base_lr=lr, end_lr=0.0
+        ),
+    )
+    return optimizer, schedule
+
+
+def _top1(model, eval_set, *, cfg: Config, accelerator, num_workers: int) -> float:
+    """Top-1 on ``eval_set`` (a seeded sample of ``eval.finetune.test_examples`` of it)."""
+    model.eval()
+    logits, labels = run_model(
+        accelerator.unwrap_model(model),
+        eval_set,
+        evaluation_sample(len(eval_set), cfg.eval.finetune.test_examples, seed=cfg.seed),
+        batch_size=cfg.eval.batch_size,
+        accelerator=accelerator,
+        num_workers=num_workers,
+    )
+    return (logits.argmax(dim=1) == labels).float().mean().item()
 
 
 def finetune_and_score(
