@@ -10,9 +10,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from typing import Any
 
-from .load import pop_key
+from .load import get_key, pop_key
 from .schema import Config
 
 __all__ = ["cell_id", "OPERATIONAL_KEYS", "DERIVED_KEYS", "HASHED_WHEN_SET"]
@@ -56,7 +55,7 @@ HASHED_WHEN_SET = (
 )
 
 
-def cell_id(config: Config | dict, length: int = 10) -> str:
+def cell_id(config: Config | dict, *, length: int = 10) -> str:
     """Short stable hash of everything that determines a run's results.
 
     Key order does not matter (canonical JSON); operational keys (OPERATIONAL_KEYS) are
@@ -65,18 +64,8 @@ def cell_id(config: Config | dict, length: int = 10) -> str:
     d = config.to_dict() if isinstance(config, Config) else copy.deepcopy(config)
     for key in (*OPERATIONAL_KEYS, *DERIVED_KEYS):
         pop_key(d, key)
-    for key in HASHED_WHEN_SET:
-        if _is_unset(d, key):
+    for key in HASHED_WHEN_SET:  # null or missing alike: left out
+        if get_key(d, key) is None:
             pop_key(d, key)
     blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
-
-
-def _is_unset(d: Any, dotted: str) -> bool:
-    """``dotted`` is there and null (a key missing altogether is not "unset": old
-    configs without it hash as they always did)."""
-    for part in dotted.split("."):
-        if not isinstance(d, dict) or part not in d:
-            return False
-        d = d[part]
-    return d is None

@@ -11,7 +11,7 @@ import yaml
 
 from .schema import ConfigError
 
-__all__ = ["yaml_load", "load_yaml", "apply_overrides", "set_key", "pop_key"]
+__all__ = ["yaml_load", "load_yaml", "apply_overrides", "get_key", "set_key", "pop_key"]
 
 
 class _Loader(yaml.SafeLoader):
@@ -62,6 +62,13 @@ def set_key(config: dict, dotted: str, value: Any) -> None:
         if not isinstance(node, dict):
             raise ConfigError([f"{dotted}: {p!r} is not a section"])
     node[leaf] = copy.deepcopy(value)
+
+
+def get_key(config: dict, dotted: str) -> Any:
+    """``config["a"]["b"]`` for ``dotted = "a.b"``; None where it is not there."""
+    for part in dotted.split("."):
+        config = config.get(part) if isinstance(config, dict) else None
+    return config
 
 
 def pop_key(config: dict, dotted: str) -> None:

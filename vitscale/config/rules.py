@@ -1,10 +1,6 @@
-"""The rules a config's types cannot say: each problem once, in one line naming the key,
-the value and what is allowed.
-
-:func:`check` needs the config alone. The others need a fact the config does not hold,
-and :mod:`vitscale.plan` (or, until it takes a plan, the trainer) brings it: the
-pre-training set's size (:func:`subset_checks`), the run's length in steps
-(:func:`length_checks`) and the processes sharing the batch (:func:`launch_problems`).
+"""The rules a config's types cannot say, each once, in one line naming the key, the
+value and what is allowed. :func:`check` needs the config alone; the others need a fact
+:mod:`vitscale.plan` brings: the set's size, the run's length, the launch.
 """
 
 from __future__ import annotations

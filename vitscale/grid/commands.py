@@ -197,12 +197,9 @@ def grid(
     profile = load_profile(profile_path) if profile_path else None
     if executor == "slurm" and profile is None and not dry_run:
         raise ValueError("--executor slurm needs --profile slurm/profiles/NAME.yaml")
+    launch = processes if executor == "local" else None  # SLURM: each cell's resources
     g = load_grid(
-        path,
-        overrides=list(overrides),
-        num_processes=processes if executor == "local" else None,  # SLURM: the cell's own
-        profile=profile,
-        running=not dry_run,
+        path, overrides=overrides, num_processes=launch, profile=profile, running=not dry_run
     )
     for note in dict.fromkeys(note for cell in g.cells for note in cell.plan.notes):
         print(f"note: {note}", file=sys.stderr)  # once, not once per cell
