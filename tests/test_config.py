@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vitscale.cli import main
@@ -173,3 +173,110 @@ def test_train_dry_run_prints_the_resolved_config(tmp_path, capsys):
     assert out["train"]["steps"] == 3 and out["workdir"] == f"runs/adhoc/{out['cell_id']}"
     assert main(["train", str(path), "--set", "train.stpes=3"]) == 2
     assert "did you mean train.steps?" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- cell ids
+
+# Cell ids computed before the config became a package of pydantic models: finished run
+# folders are named by them, so they must never change. A whole number where a number is
+# allowed is hashed as written (epochs 7 and 7.0 are different cells).
+PINNED_IDS = {
+    "1382d6472c": tiny_config(),
+    "07c69f672e": tiny_config(train={"steps": None, "epochs": 7}),
+    "275bd01cc4": tiny_config(train={"steps": None, "epochs": 7.0}),
+    "10d437dd58": tiny_config(model={"dropout": 0}),
+    "e30edfca06": tiny_config(
+        model={"pretrained": "a.npz", "pretrained_dataset": "imagenet"}, train={"steps": 0}
+    ),
+    "2c00704caa": {
+        "model": {"name": "ViT-L/16"},
+        "data": {"dataset": "multilabel:/d", "image_size": 224},
+        "train": {"epochs": 7},
+    },
+}
+DEMO_IDS = ["4de3fa3161", "7ba8394db7", "f8386a02d2", "29814d5668"]  # the ResNet cells
+DEMO_IDS += ["138dace33b", "32997cae59", "d71b5628e2", "01f52ac00a"]  # the ViT cells
+
+
+@pytest.mark.parametrize("pinned", list(PINNED_IDS))
+def test_cell_ids_do_not_change(pinned):
+    assert cell_id(resolve(PINNED_IDS[pinned])) == pinned
+
+
+def test_the_demo_keeps_its_cell_ids():
+    from pathlib import Path
+
+    from vitscale.grid.spec import load_grid
+
+    demo = Path(__file__).resolve().parents[1] / "experiments" / "demo.yaml"
+    assert [c.id for c in load_grid(demo).cells] == DEMO_IDS
+
+
+# Valid configs, drawn key by key: numbers as whole numbers or not, every duration kind.
+_numbers = st.one_of(st.integers(0, 3), st.floats(0, 0.9, allow_nan=False))
+_valid = st.fixed_dictionaries(
+    {
+        "seed": st.integers(0, 10**6),
+        "model": st.fixed_dictionaries(
+            {"name": st.sampled_from(["ViT-Pico/4", "ViT-Femto/8", "BiT-R11x0.5"])},
+            optional={"dropout": st.sampled_from([0, 0.0, 0.1, None])},
+        ),
+        "data": st.fixed_dictionaries(
+            {},
+            optional={
+                "subset": st.sampled_from([None, 512, 0.5, "1k", "10%", 3e3]),
+                "class_balanced": st.booleans(),
+                "num_workers": st.sampled_from([None, 0, 3]),
+            },
+        ),
+        "train": st.one_of(
+            st.fixed_dictionaries({"steps": st.integers(3, 10**5)}),
+            st.fixed_dictionaries({"epochs": st.sampled_from([1, 7, 0.5, 7.0])}),
+            st.fixed_dictionaries({"examples": st.sampled_from([10**6, "2121M", "30k"])}),
+        ).flatmap(
+            lambda d: st.fixed_dictionaries(
+                {k: st.just(v) for k, v in d.items()},
+                optional={
+                    "batch_size": st.sampled_from([16, 64]),
+                    "loss": st.sampled_from([None, "softmax", "sigmoid"]),
+                    "label_smoothing": _numbers.filter(lambda v: v < 1),
+                    "precision": st.sampled_from(["auto", "bf16", "fp32"]),
+                    "compile": st.sampled_from([False, True, "inductor"]),
+                },
+            )
+        ),
+        "optim": st.fixed_dictionaries(
+            {"warmup_steps": st.integers(0, 2)},
+            optional={
+                "lr": st.one_of(st.none(), _numbers),
+                "weight_decay": st.one_of(st.none(), _numbers),
+                "betas": st.lists(_numbers.filter(lambda v: v < 1), min_size=2, max_size=2),
+                "schedule": st.sampled_from([None, "linear", "cosine"]),
+            },
+        ),
+        "eval": st.fixed_dictionaries(
+            {},
+            optional={
+                "fewshot": st.fixed_dictionaries(
+                    {"shots": st.lists(st.integers(1, 25), min_size=1, max_size=3)}
+                ),
+                "finetune": st.fixed_dictionaries(
+                    {"lrs": st.one_of(st.none(), st.lists(st.sampled_from([1, 0.01]), min_size=1))}
+                ),
+            },
+        ),
+        "wandb": st.fixed_dictionaries({"mode": st.sampled_from(["disabled", "offline"])}),
+    }
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(config=_valid)
+def test_any_valid_config_round_trips(config):
+    """Config -> to_dict -> resolve gives the same config, the same values of the same
+    types (hence the same id), from the dict or from the Config itself."""
+    cfg = resolve(config)
+    for again in (resolve(cfg.to_dict()), resolve(cfg)):
+        assert again == cfg and again.to_dict() == cfg.to_dict()
+        assert json.dumps(again.to_dict()) == json.dumps(cfg.to_dict())  # 7 is not 7.0
+        assert cell_id(again) == cell_id(cfg)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import typing
 from pathlib import Path
+
+from pydantic import BaseModel
 
 from vitscale.config import Config, yaml_load
 from vitscale.grid.profile import Profile
@@ -16,13 +17,12 @@ CONFIG_DOC = (ROOT / "docs" / "config.md").read_text()
 
 
 def _schema(cls, prefix=""):
-    for f in dataclasses.fields(cls):
-        hint = typing.get_type_hints(cls)[f.name]
-        if dataclasses.is_dataclass(hint):
-            yield from _schema(hint, f"{prefix}{f.name}.")
+    for name, f in cls.model_fields.items():  # pydantic models (vitscale.config.schema)
+        default = f.get_default(call_default_factory=True)
+        if isinstance(default, BaseModel):
+            yield from _schema(type(default), f"{prefix}{name}.")
         else:
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            yield f"{prefix}{f.name}", default
+            yield f"{prefix}{name}", default
 
 
 def _documented() -> dict[str, str]:

@@ -34,23 +34,23 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import os
 
-    from ..config import ConfigError, cell_id, load_yaml, resolve
-    from ..preflight import dataset_size, preflight
+    from ..config import ConfigError, load_yaml
+    from ..plan import plan
 
-    try:
-        cfg = resolve(load_yaml(args.config), overrides=args.overrides, source=args.config)
-    except ConfigError as e:
-        raise UserError(str(e)) from None
-    check = preflight(
-        cfg, dataset_size=dataset_size(cfg), num_processes=int(os.environ.get("WORLD_SIZE", 1))
+    planned = plan(
+        load_yaml(args.config),
+        overrides=args.overrides,
+        source=args.config,
+        num_processes=int(os.environ.get("WORLD_SIZE", 1)),
     )
-    if check.problems:
-        raise UserError("\n".join(f"{args.config}: {p}" for p in check.problems))
-    workdir = args.workdir or f"runs/{cfg.grid or 'adhoc'}/{cell_id(cfg)}"
+    cfg = planned.config
+    workdir = args.workdir or f"runs/{cfg.grid or 'adhoc'}/{planned.cell_id}"
     if args.dry_run:  # a run says its notes itself, once its length is known
-        for note in check.notes:
+        for note in planned.notes:
             print(f"note: {note}", file=sys.stderr)
-        print(json.dumps(cfg.to_dict() | {"cell_id": cell_id(cfg), "workdir": workdir}, indent=2))
+        print(
+            json.dumps(cfg.to_dict() | {"cell_id": planned.cell_id, "workdir": workdir}, indent=2)
+        )
         return 0
     from ..data import DatasetFormatError, DatasetNotFoundError
     from ..errors import DiskFullError

@@ -120,7 +120,8 @@ def run_cell(run_dir: str | Path) -> int:
 
 def _run_cell(run_dir: Path) -> tuple[int, str]:
     """``(exit code, why in one line)``: the reason is empty when the cell is done."""
-    from ..config import ConfigError, resolve
+    from ..config import ConfigError
+    from ..plan import plan
     from ..train import Preempted, train
     from ..train.checkpoint import CheckpointError
 
@@ -137,7 +138,7 @@ def _run_cell(run_dir: Path) -> tuple[int, str]:
             )
             return EXIT_BUSY, "another process is running this cell"
         try:
-            result = train(resolve(config), run_dir)
+            result = train(plan(config).config, run_dir)
         except (ConfigError, CheckpointError, DiskFullError) as e:
             _say(f"{run_dir.name}: {e}", file=sys.stderr)
             return EXIT_FAILED, str(e)

@@ -16,68 +16,6 @@ from .spec import Grid, GridError, load_grid
 from .status import collect, format_table
 
 
-def _processes_for(grid: Grid, cell, profile: Profile | None, processes: int | None) -> int | None:
-    """How many processes will share the cell's batch: ``--processes`` on the local
-    executor, the cell's tasks on a SLURM profile, None when not known."""
-    if profile is not None:
-        from .slurm import SlurmError, shape_for
-
-        try:
-            shape = shape_for(grid.resources_for(cell), profile)
-        except SlurmError:  # reported by the profile's checks
-            return None
-        return shape.nodes * shape.tasks_per_node
-    return processes
-
-
-def _preflight(grid: Grid, profile: Profile | None, processes: int | None) -> list[str]:
-    """Every cell against its dataset's size and its launch (vitscale.preflight), before
-    anything runs: returns the problems; prints the notes, once each."""
-    from ..preflight import dataset_size, preflight
-
-    problems: list[str] = []
-    notes: list[str] = []
-    for cell in grid.cells:
-        check = preflight(
-            cell.config,
-            dataset_size=dataset_size(cell.config),
-            num_processes=_processes_for(grid, cell, profile, processes),
-        )
-        where = f"{grid.path}: block {cell.block!r}: "
-        problems += [where + p for p in check.problems if where + p not in problems]
-        notes += [n for n in check.notes if n not in notes]
-    for note in notes:
-        print(f"note: {note}", file=sys.stderr)
-    return problems
-
-
-def _validate_for_running(grid: Grid, profile: Profile | None, problems: list[str]) -> None:
-    """Checks that need the datasets and the cluster, after ``problems`` (the preflight's,
-    which covers the subsets' sizes): one message per problem."""
-    from ..data import check_available
-
-    problems = list(problems)
-    seen: set[str] = set()
-    for cell in grid.cells:
-        where = f"{grid.path}: block {cell.block!r}"
-        d, e = cell.config.data, cell.config.eval
-        checks = [("data", d.dataset)]
-        checks += [("eval.fewshot", name) for name in e.fewshot.datasets]
-        checks += [("eval.finetune", name) for name in e.finetune.datasets]
-        for key, name in checks:
-            for message in check_available(name, root=d.root, download=d.download):
-                if message not in seen:
-                    seen.add(message)
-                    problems.append(f"{where}: {key}: {message}")
-        if profile is not None:
-            for message in profile.check(grid.resources_for(cell), f"{where}: resources"):
-                if message not in seen:
-                    seen.add(message)
-                    problems.append(message)
-    if problems:
-        raise GridError(problems)
-
-
 def _patch(name: str) -> str:
     spec = parse(name)
     if spec.family == "ViT":
@@ -91,10 +29,8 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
     """The cells, their cost and totals; with a profile also the peak memory per GPU and
     the micro-batches (refusing, after the table, cells that fit at none)."""
     actions = {p.cell.id: p.action for p in plan(grid, runs_root)}
-    from ..preflight import dataset_size
-
     est = profile or Profile(name="default")
-    costs = [cell_cost(c, est, dataset_size=dataset_size(c.config)) for c in grid.cells]
+    costs = [cell_cost(c, est) for c in grid.cells]
     fits = {f.cell.id: f for f in place_grid(grid, profile)} if profile else {}
     problems = [p for f in fits.values() for p in f.problems]
     todo = [c for c in costs if actions[c.cell.id] == "submit"]
@@ -259,16 +195,16 @@ def grid(
     if stop_timeout is not None and not 0 <= stop_timeout < float("inf"):
         raise ValueError(f"--stop-timeout must be a number of seconds >= 0, got {stop_timeout}")
     profile = load_profile(profile_path) if profile_path else None
-    launch = processes if executor == "local" else None  # on SLURM: the cell's resources
-    g = load_grid(path, overrides=list(overrides))
-    problems = _preflight(g, profile if executor == "slurm" else None, launch)  # launch too
-    if dry_run:
-        if problems:
-            raise GridError(problems)
-        return print_dry_run(g, runs_root, profile, as_json=as_json)
-    if executor == "slurm" and profile is None:
+    if executor == "slurm" and profile is None and not dry_run:
         raise ValueError("--executor slurm needs --profile slurm/profiles/NAME.yaml")
-    _validate_for_running(g, profile, problems)
+    launch = processes if executor == "local" else None  # SLURM: each cell's resources
+    g = load_grid(
+        path, overrides=overrides, num_processes=launch, profile=profile, running=not dry_run
+    )
+    for note in dict.fromkeys(note for cell in g.cells for note in cell.plan.notes):
+        print(f"note: {note}", file=sys.stderr)  # once, not once per cell
+    if dry_run:
+        return print_dry_run(g, runs_root, profile, as_json=as_json)
     if profile is not None:  # micro-batches that fit the profile's GPUs where the grid gives none
         fits = place_grid(g, profile)
         if problems := [p for f in fits for p in f.problems]:

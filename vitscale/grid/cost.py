@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import Config, to_steps
-from ..data.subsets import parse_subset
-from ..data.subsets import subset_size as subset_size_of
 from ..flops import count
 from .profile import Profile
 from .spec import Cell
@@ -27,31 +24,12 @@ class CellCost:
     gpu_hours: float | None
 
 
-def subset_size(cfg: Config, dataset_size: int | None) -> int | None:
-    """The resolved subset size: a count, a fraction of the dataset, or the whole of it."""
-    spec = parse_subset(cfg.data.subset)
-    if spec is None or isinstance(spec, float):
-        return None if dataset_size is None else subset_size_of(dataset_size, spec)
-    return spec
-
-
-def cell_cost(cell: Cell, profile: Profile | None, *, dataset_size: int | None) -> CellCost:
-    cfg = cell.config
-    n = subset_size(cfg, dataset_size)
-    t = cfg.train
-    try:
-        steps = to_steps(
-            steps=t.steps,
-            epochs=t.epochs,
-            examples=t.examples,
-            batch_size=t.batch_size,
-            num_examples=n,
-        )
-    except ValueError:
-        steps = None
+def cell_cost(cell: Cell, profile: Profile | None) -> CellCost:
+    """The cell's cost from its plan: its length (None while unknown) in examples and FLOPs."""
+    cfg, n, steps = cell.config, cell.plan.num_examples, cell.plan.total_steps
     if steps is None:
         return CellCost(cell, n, None, None, None, None)
-    examples = steps * t.batch_size
+    examples = steps * cfg.train.batch_size
     c = count(cfg.model.name, cfg.data.image_size, head="pretrain", pool=cfg.model.pool)
     exaflops = c.train_flops_per_example * examples / 1e18
     hours = exaflops * 1e18 / (profile.sustained_tflops * 1e12) / 3600 if profile else None

@@ -25,9 +25,10 @@ ViTs, width to BiT)::
       ResNet: {gpus: 8}
 
 Every key is dotted (``model.name``) or nested; a cell is ``base`` <- grid axes <- block
-``set`` <- one point of the block's product and zip. Cells resolve through
-:func:`vitscale.config.resolve` (recipes included) and are identified by
-:func:`vitscale.config.cell_id`; identical cells collapse to one.
+``set`` <- one point of the block's product and zip. Each cell is planned once by
+:func:`vitscale.plan.plan` (recipes included, checked against its dataset's size and its
+launch) and identified by its :func:`vitscale.config.cell_id`; identical cells collapse
+to one.
 """
 
 from __future__ import annotations
@@ -35,11 +36,14 @@ from __future__ import annotations
 import copy
 import difflib
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, ConfigError, cell_id, resolve, set_key, yaml_load
+from ..config import Config, ConfigError, set_key, yaml_load
+from ..plan import Plan, plan
+from .profile import Profile
 
 TOP_KEYS = ("name", "description", "base", "axes", "blocks", "retries", "resources")
 BLOCK_KEYS = ("name", "axes", "zip", "set")
@@ -56,10 +60,17 @@ class GridError(ValueError):
 
 @dataclass(frozen=True)
 class Cell:
-    id: str
+    plan: Plan  # its config, id, length and launch, checked
     block: str
-    config: Config
     point: dict[str, Any]  # the axis values that made this cell (for tables)
+
+    @property
+    def id(self) -> str:
+        return self.plan.cell_id
+
+    @property
+    def config(self) -> Config:
+        return self.plan.config
 
 
 @dataclass
@@ -72,14 +83,14 @@ class Grid:
     description: str = ""
 
     def resources_for(self, cell: Cell) -> dict[str, Any]:
-        """Resource sizes: ``default`` <- family (ViT/ResNet/Hybrid) <- exact model name."""
-        from ..catalog import family
+        return _resources_for(self.resources, cell.config.model.name)
 
-        name = cell.config.model.name
-        out = dict(self.resources.get("default", {}))
-        out |= self.resources.get(family(name), {})
-        out |= self.resources.get(name, {})
-        return out
+
+def _resources_for(resources: dict[str, dict[str, Any]], name: str) -> dict[str, Any]:
+    """Resource sizes: ``default`` <- family (ViT/ResNet/Hybrid) <- exact model name."""
+    from ..catalog import family
+
+    return resources.get("default", {}) | resources.get(family(name), {}) | resources.get(name, {})
 
 
 def _as_list(value: Any, where: str, problems: list[str]) -> list:
@@ -128,12 +139,21 @@ def _points(block: dict, where: str, problems: list[str]) -> list[dict[str, Any]
 
 
 def load_grid(
-    path: str | Path, *, num_processes: int | None = None, overrides: list[str] = ()
+    path: str | Path,
+    *,
+    num_processes: int | None = None,
+    overrides: list[str] = (),
+    profile: Profile | None = None,
+    running: bool = False,
 ) -> Grid:
-    """Parse, expand and validate a grid file; GridError lists every problem found.
+    """Parse, expand and plan a grid file; GridError lists every problem found.
 
     ``overrides`` (``["train.steps=10"]``, values as YAML) apply to every cell last, e.g.
     to try a grid at a fraction of its steps; they change the cells' ids like any edit.
+    ``num_processes``: every cell's launch (the local executor's ``--processes``); without
+    it, a cell's launch on a cluster ``profile`` is the processes its resources ask for.
+    ``running``: the grid is about to run: every dataset must be there and, with a
+    ``profile``, every cell's resources must fit it.
     """
     path = Path(path)
     if not path.is_file():
@@ -167,8 +187,58 @@ def load_grid(
             problems.append(f"{path}: resources.{key}: expected a mapping of sizes")
             continue
         _unknown(sizes, RESOURCE_KEYS, f"{path}: resources.{key}", problems)
-
     grid_points = _points({"axes": raw.get("axes") or {}}, f"{path}: axes", problems)
+    plan_cell = _planner(resources, profile, num_processes, overrides, running)
+    cells = _cells(blocks, grid_points, base, name, path, plan_cell, problems)
+    if problems:
+        raise GridError(problems)
+    if not cells:
+        raise GridError([f"{path}: the grid expands to no cells"])
+    return Grid(name, path, list(cells.values()), retries, resources, raw.get("description", ""))
+
+
+def _planner(
+    resources: dict,
+    profile: Profile | None,
+    num_processes: int | None,
+    overrides: list[str],
+    running: bool,
+) -> Callable[[dict], Plan]:
+    """How a cell's config is planned: its launch and, before running, its datasets and,
+    on a cluster profile, its resources (the profile's checks, reported with the rest)."""
+
+    def launch(cfg: Config) -> int | None:  # on the cluster: the processes it asks for
+        from .slurm import SlurmError, shape_for
+
+        try:
+            shape = shape_for(_resources_for(resources, cfg.model.name), profile)
+        except SlurmError:  # reported by the profile's checks
+            return None
+        return shape.nodes * shape.tasks_per_node
+
+    def on_profile(cfg: Config) -> list[str]:
+        return profile.check(_resources_for(resources, cfg.model.name), "resources")
+
+    return lambda config: plan(
+        config,
+        overrides=overrides,
+        num_processes=num_processes if num_processes or profile is None else launch,
+        check_data=running,
+        extra_checks=on_profile if running and profile else None,
+    )
+
+
+def _cells(
+    blocks: list,
+    grid_points: list[dict[str, Any]],
+    base: dict,
+    name: str,
+    path: Path,
+    plan_cell: Callable[[dict], Plan],
+    problems: list[str],
+) -> dict[str, Cell]:
+    """Every block's cells, planned, identical ones collapsed; a block's problems are
+    reported once each, not once per cell."""
     cells: dict[str, Cell] = {}
     for b, block in enumerate(blocks):
         label = block.get("name", f"#{b}") if isinstance(block, dict) else f"#{b}"
@@ -181,29 +251,14 @@ def load_grid(
         reported: set[str] = set()
         for gp in grid_points:
             for bp in _points(block, where, problems):
-                point = gp | bp
                 try:
                     config = copy.deepcopy(base)
                     for key, value in (gp | fixed | bp | {"grid": name}).items():
                         set_key(config, key, value)
-                    resolved = resolve(config, overrides=overrides, num_processes=num_processes)
+                    cell = Cell(plan_cell(config), label, gp | bp)
                 except ConfigError as e:
-                    for p in e.problems:
-                        if p not in reported:  # one message per problem, not per cell
-                            reported.add(p)
-                            problems.append(f"{where}: {p}")
+                    problems += [f"{where}: {p}" for p in e.problems if p not in reported]
+                    reported.update(e.problems)
                     continue
-                cid = cell_id(resolved)
-                cells.setdefault(cid, Cell(id=cid, block=label, config=resolved, point=point))
-    if problems:
-        raise GridError(problems)
-    if not cells:
-        raise GridError([f"{path}: the grid expands to no cells"])
-    return Grid(
-        name=name,
-        path=path,
-        cells=list(cells.values()),
-        retries=retries,
-        resources=resources,
-        description=raw.get("description", ""),
-    )
+                cells.setdefault(cell.id, cell)
+    return cells

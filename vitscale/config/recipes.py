@@ -1,4 +1,4 @@
-"""Paper training recipes as config defaults (paper Table 3 and Appendix B.1; PROTOCOL.md).
+"""Paper training recipes as config defaults (paper Table 3 and Appendix B.1; docs/protocol.md).
 
 A recipe fills only the keys a config leaves unset. Which recipe applies is ``recipe:``
 in the config, or else follows the pre-training dataset: ``imagenet`` -> ImageNet,
@@ -8,9 +8,7 @@ anything else -> the ImageNet-21k one (single-label, 0.1 dropout). Imports no to
 
 from __future__ import annotations
 
-from .catalog import HybridSpec, ResNetSpec, ViTSpec, parse
-
-RECIPES = ("jft", "imagenet21k", "imagenet", "synthetic", "transfer")
+from ..catalog import HybridSpec, ResNetSpec, ViTSpec, parse
 
 _COMMON = {"optim": {"name": "adamw", "end_lr": 1e-5}, "train": {"grad_clip": 1.0}}
 
@@ -47,7 +45,9 @@ _BY_RECIPE = {
     },
 }
 
-# JFT-300M base learning rates (PROTOCOL.md, from paper Appendix B.1 / Table 3).
+RECIPES = tuple(_BY_RECIPE)  # the values of the config's ``recipe`` key
+
+# JFT-300M base learning rates (docs/protocol.md, from paper Appendix B.1 / Table 3).
 _JFT_VIT_LR = {("B", 32): 8e-4, ("B", 16): 8e-4, ("L", 32): 6e-4, ("L", 16): 4e-4, ("H", 14): 3e-4}
 _JFT_BIT_LR = {(50, 1): 1e-3, (50, 2): 1e-3, (101, 1): 8e-4, (152, 1): 6e-4, (152, 2): 6e-4}
 _JFT_FALLBACK_LR = 1e-3  # models the paper did not train on JFT (Ti, S, demo sizes)
@@ -78,10 +78,9 @@ def choose(dataset: str) -> str:
 
 
 def recipe(model: str, dataset: str, name: str | None = None) -> dict:
-    """Config defaults for pre-training ``model`` on ``dataset`` (nested dict)."""
+    """Config defaults for pre-training ``model`` on ``dataset`` (nested dict); ``name``
+    is one of RECIPES (the schema checks it), None: chosen by the dataset."""
     name = name or choose(dataset)
-    if name not in _BY_RECIPE:
-        raise ValueError(f"recipe: unknown value {name!r}; valid: {', '.join(map(repr, RECIPES))}")
     out = {section: dict(values) for section, values in _COMMON.items()}
     for section, values in _BY_RECIPE[name].items():
         out.setdefault(section, {}).update(values)

@@ -1,0 +1,108 @@
+"""One plan per entry point: the config resolved and checked against everything known
+before a run starts (the set's size, the run's length, the launch, the datasets), every
+problem once; what is known only later (a folder's size, the launch started) checked by
+the same functions."""
+
+from __future__ import annotations
+
+import pytest
+
+from vitscale.config import ConfigError, cell_id, resolve
+from vitscale.plan import Plan, plan
+
+from .conftest import tiny_config
+
+FOLDER = "imagefolder:/nowhere"  # a size known only once read (not read here)
+
+
+def _problems(config, **kwargs) -> list[str]:
+    with pytest.raises(ConfigError) as e:
+        plan(config, **kwargs)
+    return e.value.problems
+
+
+def test_a_plan_carries_the_config_its_id_and_its_length():
+    p = plan(tiny_config(train={"eval_every": 100}), num_processes=2)
+    assert isinstance(p, Plan) and p.config == resolve(tiny_config(train={"eval_every": 100}))
+    assert p.cell_id == cell_id(p.config)
+    assert (p.num_examples, p.total_steps, p.num_processes) == (512, 12, 2)
+    assert p.notes == (
+        "train.eval_every: 100 is longer than the run (12 steps): it evaluates at the end only",
+    )
+
+
+def test_epochs_of_a_synthetic_set_are_steps_before_anything_is_read():
+    p = plan(tiny_config(train={"steps": None, "epochs": 1}))
+    assert (p.num_examples, p.total_steps) == (512, 32)  # 512 / 16
+
+
+def test_a_folder_is_sized_once_read_by_the_same_checks():
+    p = plan(
+        tiny_config(data={"dataset": FOLDER, "subset": 0.5}, train={"steps": None, "epochs": 2})
+    )
+    assert (p.num_examples, p.total_steps, p.notes) == (None, None, ())
+    read = p.with_num_examples(100)
+    assert (read.num_examples, read.total_steps) == (100, 13)  # 200 / 16, rounded up
+    assert read.config is p.config and read.cell_id == p.cell_id
+    with pytest.raises(ConfigError, match="optim.warmup_steps: 2 is not shorter than the run"):
+        p.with_num_examples(10)  # 20 examples: 2 steps, no longer than the warm-up
+    # A count is the subset's size whatever the folder holds (more is the data's error).
+    counted = plan(
+        tiny_config(data={"dataset": FOLDER, "subset": 300}, train={"epochs": 2, "steps": None})
+    )
+    assert (counted.num_examples, counted.total_steps) == (300, 38)
+
+
+def test_the_launch_is_checked_now_or_once_known():
+    assert _problems(tiny_config(), num_processes=3) == [
+        "train.batch_size: 16 does not split evenly over 3 processes; allowed: a multiple of 3"
+    ]
+    seen = []
+    p = plan(tiny_config(), num_processes=lambda cfg: seen.append(cfg.model.name) or 4)
+    assert (seen, p.num_processes) == (["ViT-Pico/4"], 4)  # a function of the config
+    assert plan(tiny_config()).with_num_processes(8).num_processes == 8
+    with pytest.raises(ConfigError, match="over 5 processes"):
+        plan(tiny_config()).with_num_processes(5)
+
+
+def test_every_problem_is_reported_at_once_and_once():
+    problems = _problems(
+        tiny_config(
+            data={"dataset": FOLDER, "subset": 300},
+            optim={"warmup_steps": 40},
+            eval={"finetune": {"datasets": ["cifar10", "cifar10"]}},
+        ),
+        num_processes=3,
+        check_data=True,
+        extra_checks=lambda cfg: ["resources: too big", "resources: too big"],
+    )
+    assert [p.split(":")[0] for p in problems] == [
+        "optim.warmup_steps",
+        "train.batch_size",
+        "data",
+        "eval.finetune",
+        "resources",
+    ]
+    assert problems[2].startswith(f"data: {FOLDER}: nothing under /nowhere")
+    assert problems[3].startswith("eval.finetune: cifar10: nothing under")
+
+
+def test_datasets_are_checked_only_when_asked():
+    config = tiny_config(eval={"fewshot": {"datasets": [FOLDER]}})
+    assert plan(config).cell_id
+    (problem,) = _problems(config, check_data=True)
+    assert problem.startswith(f"eval.fewshot: {FOLDER}: nothing under /nowhere")
+
+
+def test_a_subset_the_set_cannot_hold_names_the_file():
+    (problem,) = _problems(tiny_config(data={"subset": "2000M"}), source="cell.yaml")
+    with pytest.raises(ConfigError) as e:
+        plan(tiny_config(data={"subset": "2000M"}), source="cell.yaml")
+    assert str(e.value) == f"cell.yaml: {problem}"
+    assert problem.startswith("data.subset: '2000M' asks for more examples than synthetic holds")
+
+
+def test_the_config_alone_is_checked_first():
+    """Problems of the config stop the plan before the checks that need valid values."""
+    problems = _problems(tiny_config(train={"batch_size": 0}), num_processes=3)
+    assert problems == ["train.batch_size must be positive, got 0"]

@@ -1,0 +1,248 @@
+"""The rules a config's types cannot say, each once, in one line naming the key, the
+value and what is allowed. :func:`check` needs the config alone; the others need a fact
+:mod:`vitscale.plan` brings: the set's size, the run's length, the launch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from ..catalog import check_resolution, parse
+from ..published import published_compute
+from .counts import parse_count, parse_subset, subset_size
+from .schema import Config, Section
+
+__all__ = ["check", "subset_checks", "length_checks", "launch_problems"]
+
+_DURATIONS = ("train.steps", "train.epochs", "train.examples")
+
+
+def check(cfg: Config, *, rejected: set[str] = frozenset()) -> list[str]:
+    """Every problem ``cfg`` shows on its own. ``rejected``: the keys the schema dropped
+    (a mistyped duration is reported as such, not also as missing)."""
+    return [
+        *_non_finite(cfg),
+        *_model(cfg),
+        *_published(cfg),
+        *_durations(cfg, mistyped=bool(rejected.intersection(_DURATIONS))),
+        *_bounds(cfg),
+        *_combinations(cfg),
+    ]
+
+
+def _non_finite(section: Section, prefix: str = "") -> list[str]:
+    """Every NaN or infinity in the config (a learning rate, a weight decay ...): YAML
+    reads ``.nan`` and ``.inf`` as numbers, and no key has a use for them."""
+    problems = []
+    for key, value in section:
+        values = value if isinstance(value, list) else [value]
+        if isinstance(value, Section):
+            problems += _non_finite(value, f"{prefix}{key}.")
+        elif any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            problems.append(f"{prefix}{key}: expected finite numbers, got {value!r}")
+    return problems
+
+
+def _model(cfg: Config) -> list[str]:
+    """The model exists, its patches tile both resolutions, and BiT keeps to BiT's head."""
+    try:
+        spec = parse(cfg.model.name)
+    except ValueError as e:
+        return [f"model.name: {e}"]
+    problems = []
+    for key, size in (
+        ("model.name", cfg.data.image_size),
+        ("eval.finetune.image_size", cfg.eval.finetune.image_size),
+    ):
+        try:
+            if size is not None:
+                check_resolution(spec, size)
+        except ValueError as e:
+            problems.append(f"{key}: {e}")
+    if spec.family == "ResNet" and cfg.model.pool == "token":
+        problems.append("model.pool: BiT ResNets pool by global average only; valid: 'gap'")
+    if spec.family == "ResNet" and cfg.model.pre_logits:
+        problems.append("model.pre_logits: BiT has no pre-logits layer; valid: null, false")
+    return problems
+
+
+def _published(cfg: Config) -> list[str]:
+    """A published checkpoint names the recipe that made it: its compute places it on Fig. 5."""
+    m = cfg.model
+    if not m.pretrained:
+        if m.pretrained_dataset is not None or m.pretrained_epochs is not None:
+            return ["model.pretrained_dataset / pretrained_epochs need model.pretrained"]
+        return []
+    if m.pretrained_dataset is None:
+        return [
+            "model.pretrained_dataset: give the checkpoint's pre-training dataset "
+            "('jft300m', 'imagenet21k' or 'imagenet'): its compute places it on Fig. 5"
+        ]
+    try:
+        published_compute(m.name, m.pretrained_dataset, m.pretrained_epochs)
+    except (ValueError, KeyError) as e:
+        return [f"model.pretrained_dataset / pretrained_epochs: {e}"]
+    return []
+
+
+def _durations(cfg: Config, *, mistyped: bool) -> list[str]:
+    """Exactly one duration, and a positive one (0 steps: a published checkpoint as it is)."""
+    t, problems = cfg.train, []
+    given = [k for k in ("steps", "epochs", "examples") if getattr(t, k) is not None]
+    if len(given) != 1 and not mistyped:
+        problems.append(
+            "train: give the duration exactly once as train.steps, train.epochs or train.examples"
+            f" (got {', '.join(given) or 'none'})"
+        )
+    if t.steps is not None and t.steps <= 0 and not (t.steps == 0 and cfg.model.pretrained):
+        problems.append(
+            f"train.steps must be positive, got {t.steps} "
+            "(0 only with model.pretrained: a published checkpoint)"
+        )
+    if t.examples is not None:
+        try:
+            if parse_count(t.examples, what="train.examples") <= 0:
+                problems.append(f"train.examples must be positive, got {t.examples}")
+        except ValueError as e:
+            problems.append(str(e))
+    return problems
+
+
+_POSITIVE = "{key} must be positive, got {value}"
+_NON_NEGATIVE = "{key} must be non-negative, got {value}"
+_FRACTION = "{key} must be in [0, 1), got {value}"
+_CLIP = "{key} must be non-negative (0 turns clipping off), got {value}"
+_WORKERS = "{key} must be 0 or more (null: chosen per machine), got {value}"
+_BETAS = "{key} must be two numbers in [0, 1), got {value}"
+_NO_LRS = "{key}: give at least one learning rate (or leave it unset)"
+_LRS = "{key}: learning rates must be positive, got {value}"
+_TRAIN_POSITIVE = ("epochs", "batch_size", "micro_batch_size", "log_every", "checkpoint_every")
+
+# Keys with a range of their own: (key, whether a value is outside it, the message then).
+# NaN compares false: only where the range is stated as "in" does it fall outside.
+_BOUNDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    *((f"train.{k}", lambda v: v <= 0, _POSITIVE) for k in (*_TRAIN_POSITIVE, "eval_every")),
+    ("train.grad_clip", lambda v: v < 0, _CLIP),
+    ("train.label_smoothing", lambda v: not 0 <= v < 1, _FRACTION),
+    ("model.dropout", lambda v: not 0 <= v < 1, _FRACTION),
+    ("data.num_workers", lambda v: v < 0, _WORKERS),
+    ("data.shuffle_shards", lambda v: v < 1, "{key} must be at least 1, got {value}"),
+    ("data.skip_bad_samples", lambda v: v < 0, _NON_NEGATIVE),
+    ("data.image_size", lambda v: v < 8, "{key} must be at least 8, got {value}"),
+    ("optim.betas", lambda v: len(v) != 2 or not all(0 <= b < 1 for b in v), _BETAS),
+    *(
+        (f"optim.{k}", lambda v: v < 0, _NON_NEGATIVE)
+        for k in ("lr", "weight_decay", "warmup_steps")
+    ),
+    ("eval.fewshot.shots", lambda v: any(k <= 0 for k in v), _POSITIVE),
+    ("eval.fewshot.seeds", lambda v: v <= 0, _POSITIVE),
+    ("eval.finetune.lrs", lambda v: not v, _NO_LRS),
+    ("eval.finetune.lrs", lambda v: any(lr <= 0 for lr in v), _LRS),
+    *(
+        (f"eval.finetune.{k}", lambda v: v <= 0, _POSITIVE)
+        for k in ("steps", "batch_size", "micro_batch_size")
+    ),
+)
+
+
+def _bounds(cfg: Config) -> list[str]:
+    """Each key of :data:`_BOUNDS` that is set and out of its range (null keys are unset)."""
+    problems = []
+    for key, outside, message in _BOUNDS:
+        value = cfg
+        for part in key.split("."):
+            value = getattr(value, part)
+        if value is not None and outside(value):
+            problems.append(message.format(key=key, value=value))
+    return problems
+
+
+def _combinations(cfg: Config) -> list[str]:
+    """Keys that are fine alone but not together, and the subset's spelling."""
+    t, d, problems = cfg.train, cfg.data, []
+    if t.micro_batch_size and t.batch_size % t.micro_batch_size:
+        problems.append(
+            f"train.micro_batch_size {t.micro_batch_size} must divide train.batch_size {t.batch_size}"
+        )
+    if d.class_balanced and d.dataset.startswith("shards:"):
+        problems.append(
+            "data.class_balanced: a sharded subset is whole shards in a seeded order; "
+            "class-balanced subsets need folder or torchvision sources"
+        )
+    try:
+        parse_subset(d.subset)
+    except ValueError as e:
+        problems.append(f"data.{e}")
+    return problems
+
+
+def subset_checks(cfg: Config, *, dataset_size: int | None) -> tuple[int | None, list[str]]:
+    """``(num_examples, problems)``: the pre-training subset's size (None while it is not
+    known: a fraction of a set of unknown size) and whether the set holds it."""
+    d = cfg.data
+    if dataset_size is None:
+        spec = parse_subset(d.subset)
+        return (spec if isinstance(spec, int) else None), []
+    try:
+        return subset_size(dataset_size, d.subset), []
+    except ValueError:
+        return None, [
+            f"data.subset: {d.subset!r} asks for more examples than {d.dataset} holds "
+            f"({dataset_size:,}); allowed: a count up to {dataset_size:,} or a fraction "
+            "in (0, 1]"
+        ]
+
+
+def length_checks(cfg: Config, total_steps: int) -> tuple[list[str], list[str]]:
+    """``(problems, notes)`` that need the run's length in steps: a warm-up that never
+    ends is a problem; intervals longer than the run are allowed, and said."""
+    problems: list[str] = []
+    notes: list[str] = []
+    if total_steps <= 0:  # a published checkpoint evaluated as it is: nothing trains
+        return problems, notes
+    warmup = cfg.optim.warmup_steps
+    if warmup is not None and warmup >= total_steps:
+        problems.append(
+            f"optim.warmup_steps: {warmup:,} is not shorter than the run ({total_steps:,} "
+            f"steps), so the learning rate would never reach its peak; allowed: 0 to "
+            f"{total_steps - 1:,}"
+        )
+    t = cfg.train
+    for key, consequence in (
+        ("eval_every", "it evaluates at the end only"),
+        ("checkpoint_every", "it checkpoints at the end (and on a stop signal) only"),
+        ("log_every", "it logs the last step only"),
+    ):
+        value = getattr(t, key)
+        if value is not None and value > total_steps:
+            notes.append(
+                f"train.{key}: {value:,} is longer than the run ({total_steps:,} steps): "
+                f"{consequence}"
+            )
+    return problems, notes
+
+
+def launch_problems(cfg: Config, num_processes: int) -> list[str]:
+    """What a launch on ``num_processes`` processes cannot run: a global batch (or its
+    micro-batches) that does not split evenly over them."""
+    problems = []
+    t = cfg.train
+    micro = t.micro_batch_size or t.batch_size // num_processes
+    if t.batch_size % num_processes or not micro or (t.batch_size // num_processes) % micro:
+        problems.append(
+            f"train.batch_size: {t.batch_size} does not split evenly over {num_processes} "
+            "processes"
+            + (f" and micro-batches of {micro}" if t.micro_batch_size else "")
+            + f"; allowed: a multiple of {num_processes * (t.micro_batch_size or 1)}"
+        )
+    ft = cfg.eval.finetune
+    ft_per_process = max(1, ft.batch_size // num_processes)
+    if ft.micro_batch_size and ft_per_process % ft.micro_batch_size:
+        problems.append(
+            f"eval.finetune.micro_batch_size {ft.micro_batch_size} must divide the per-process "
+            f"fine-tuning batch {ft_per_process} (eval.finetune.batch_size {ft.batch_size} "
+            f"over {num_processes} processes)"
+        )
+    return problems

@@ -1,0 +1,123 @@
+"""A cell's plan: its config resolved and checked against everything known before it
+runs, by the one call each entry point makes (``vitscale train``, the grid, its worker).
+
+:func:`plan` resolves the config (:mod:`vitscale.config`), then brings the facts the
+config does not hold: the pre-training set's size when known without reading data (so
+the subset's, so the run's length in steps), the launch, and, asked, the datasets being
+there. One :class:`~vitscale.config.ConfigError` lists every problem, once. What is known
+only later (a folder's size once read, the processes once started) is checked by the
+same functions: :meth:`Plan.with_num_examples`, :meth:`Plan.with_num_processes`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .config import Config, ConfigError, cell_id, to_steps, validate
+from .config.rules import launch_problems, length_checks, subset_checks
+from .data import check_available, known_size
+
+__all__ = ["Plan", "plan", "dataset_size"]
+
+Launch = int | Callable[[Config], int | None] | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run needs to know before it starts, every part of it checked."""
+
+    config: Config
+    cell_id: str
+    num_examples: int | None  # the pre-training subset's size; None while unknown
+    total_steps: int | None  # the run's length; None while unknown (epochs of a folder)
+    notes: tuple[str, ...]  # allowed, and said: intervals longer than the run
+    num_processes: int | None  # the launch checked; None: not known yet
+    source: str | None = None  # the file the config came from: messages name it
+
+    def with_num_examples(self, n: int) -> Plan:
+        """This plan once the subset is read and holds ``n`` examples: its length in
+        steps and the checks that need it (the same as :func:`plan`'s)."""
+        total_steps, problems, notes = _length(self.config, num_examples=n)
+        if problems:
+            raise ConfigError(problems, self.source)
+        return dataclasses.replace(self, num_examples=n, total_steps=total_steps, notes=notes)
+
+    def with_num_processes(self, n: int) -> Plan:
+        """This plan on a launch of ``n`` processes, known only once it started."""
+        if problems := launch_problems(self.config, n):
+            raise ConfigError(problems, self.source)
+        return dataclasses.replace(self, num_processes=n)
+
+
+def plan(
+    config: dict | Config | None,
+    *,
+    overrides: list[str] = (),
+    source: str | None = None,
+    num_processes: Launch = None,
+    check_data: bool = False,
+    extra_checks: Callable[[Config], list[str]] | None = None,
+) -> Plan:
+    """Resolve and check ``config``; raise ConfigError listing every problem once.
+
+    ``num_processes``: the launch, or a function of the resolved config for launches
+    that depend on it (a SLURM cell's processes follow its model's resources); None: not
+    known yet. ``check_data``: every dataset (pre-training, few-shot, fine-tuning) is
+    there. ``extra_checks``: the caller's own checks of the resolved config (the grid's:
+    a cell's resources on the cluster profile), reported with the rest.
+    """
+    cfg, problems = validate(config, overrides=overrides)
+    if problems:  # the rest needs valid values
+        raise ConfigError(problems, source)
+    num_examples, problems = subset_checks(cfg, dataset_size=dataset_size(cfg))
+    total_steps, length_problems, notes = _length(cfg, num_examples=num_examples)
+    processes = num_processes(cfg) if callable(num_processes) else num_processes
+    problems += length_problems + (launch_problems(cfg, processes) if processes else [])
+    problems += _data_problems(cfg) if check_data else []
+    problems += extra_checks(cfg) if extra_checks else []
+    if problems:
+        raise ConfigError(list(dict.fromkeys(problems)), source)
+    return Plan(cfg, cell_id(cfg), num_examples, total_steps, notes, processes, source)
+
+
+def dataset_size(cfg: Config) -> int | None:
+    """The pre-training split's size when it is known without reading the data."""
+    try:
+        return known_size(cfg.data.dataset, root=cfg.data.root)
+    except ValueError:  # an unknown name: reported by the dataset checks in their words
+        return None
+
+
+def _length(
+    cfg: Config, *, num_examples: int | None
+) -> tuple[int | None, list[str], tuple[str, ...]]:
+    """``(total_steps, problems, notes)``: the run's length (None while the set's size is
+    unknown and the duration is in epochs) and what it rules out or says."""
+    t = cfg.train
+    try:
+        total_steps = to_steps(
+            steps=t.steps,
+            epochs=t.epochs,
+            examples=t.examples,
+            batch_size=t.batch_size,
+            num_examples=num_examples,
+        )
+    except ValueError:  # epochs of a set of unknown size: known once it is read
+        return None, [], ()
+    problems, notes = length_checks(cfg, total_steps)
+    return total_steps, problems, tuple(notes)
+
+
+def _data_problems(cfg: Config) -> list[str]:
+    """Every dataset the run reads, there (no image opened: cheap for every cell)."""
+    d, e = cfg.data, cfg.eval
+    datasets = [("data", d.dataset)]
+    datasets += [("eval.fewshot", name) for name in e.fewshot.datasets]
+    datasets += [("eval.finetune", name) for name in e.finetune.datasets]
+    return [
+        f"{key}: {message}"
+        for key, name in datasets
+        for message in check_available(name, root=d.root, download=d.download)
+    ]
