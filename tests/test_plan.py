@@ -10,7 +10,7 @@ import pytest
 from vitscale.config import ConfigError, cell_id, resolve
 from vitscale.plan import Plan, plan
 
-from .conftest import tiny_config
+from .helpers.configs import tiny_config
 
 FOLDER = "imagefolder:/nowhere"  # a size known only once read (not read here)
 

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from ..train.runtime import shutdown
 
     try:
-        result = train(cfg, workdir)
+        result = train(planned, workdir)
     except (ConfigError, DatasetNotFoundError, DatasetFormatError) as e:
         raise UserError(str(e)) from None
     except Preempted as e:

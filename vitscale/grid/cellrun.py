@@ -94,6 +94,10 @@ def _rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
+def _world() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def _agree_with_rank0(acquired: bool, config: dict) -> bool:
     """Every process of a multi-process cell follows rank 0's answer about the lock."""
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:
@@ -138,7 +142,7 @@ def _run_cell(run_dir: Path) -> tuple[int, str]:
             )
             return EXIT_BUSY, "another process is running this cell"
         try:
-            result = train(plan(config).config, run_dir)
+            result = train(plan(config, num_processes=_world()), run_dir)
         except (ConfigError, CheckpointError, DiskFullError) as e:
             _say(f"{run_dir.name}: {e}", file=sys.stderr)
             return EXIT_FAILED, str(e)

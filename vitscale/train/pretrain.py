@@ -1,6 +1,8 @@
 """Pre-train one cell, measure its transfer, write its run folder. Read top to bottom.
 
-    train(config, workdir) -> RunResult (also written to <workdir>/result.json)
+    train(plan, workdir) -> RunResult (also written to <workdir>/result.json)
+
+``plan`` is :func:`vitscale.plan.plan`'s (a config is planned on the way in).
 
 The protocol (paper Sec. 4.1-4.3; docs/protocol.md), :func:`_train`:
 
@@ -30,6 +32,7 @@ import torch
 from .. import record as rf
 from ..config import Config
 from ..errors import DiskFullError, is_disk_full
+from ..plan import Plan
 from .finetune import finetune_all
 from .finetune_progress import FinetuneProgress
 from .run import Run, setup
@@ -47,13 +50,13 @@ class TrainingFailed(RuntimeError):
         self.step = step
 
 
-def train(config: dict | Config, workdir: str | Path) -> rf.RunResult:
+def train(config: dict | Config | Plan, workdir: str | Path) -> rf.RunResult:
     # 0. SIGUSR1/SIGTERM raise a flag from here on: loader workers forked later ignore them.
     with PreemptionFlag() as preemption:
         return _train(config, Path(workdir), preemption)
 
 
-def _train(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> rf.RunResult:
+def _train(config: dict | Config | Plan, run_dir: Path, preemption: PreemptionFlag) -> rf.RunResult:
     run = setup(config, run_dir, preemption)  # 1
     run.resume()  # 2
     run.open()

@@ -20,12 +20,12 @@ import torch
 
 from .. import flops
 from .. import record as rf
-from ..config import Config, ConfigError, cell_id, length_checks, resolve, to_steps
+from ..config import Config, ConfigError
 from ..data import DatasetFormatError, DatasetNotFoundError, build_dataset, build_loader
 from ..errors import DiskFullError, disk_full_message, is_disk_full
 from ..evals.transfer import TransferEvaluator
 from ..models import create_model
-from ..preflight import dataset_size, preflight
+from ..plan import Plan, plan
 from ..published import Published, published_compute
 from . import checkpoint, finetune_progress
 from .optim import build_adamw, build_schedule
@@ -280,13 +280,23 @@ class Run:
 # ------------------------------------------------------------------- setup
 
 
-def setup(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> Run:
+def setup(config: dict | Config | Plan, run_dir: Path, preemption: PreemptionFlag) -> Run:
     """The launch, the pre-training subset, the run folder's config.json, the model and
-    its optimiser: everything before the first step (and before a resume)."""
+    its optimiser: everything before the first step (and before a resume). A config
+    that is not planned yet is planned here, once (:func:`vitscale.plan.plan`)."""
     started, setup_started = time.time(), time.perf_counter()
-    cfg, accelerator, precision = _launch(config)
-    train_set, total_steps = _pretraining_set(cfg, accelerator)
-    cid, resolved = _record_config(cfg, run_dir, train_set, total_steps, accelerator)
+    planned = config if isinstance(config, Plan) else plan(config)
+    cfg = planned.config
+    accelerator, precision = make_accelerator(
+        precision=cfg.train.precision,
+        seed_everything=cfg.seed,
+        timeout=process_group_timeout(flops.count(cfg.model.name, cfg.data.image_size).params),
+    )
+    if planned.num_processes != accelerator.num_processes:  # the launch, known only now
+        planned = planned.with_num_processes(accelerator.num_processes)
+    train_set, planned = _pretraining_set(planned, accelerator)
+    total_steps, cid = planned.total_steps, planned.cell_id
+    resolved = _record_config(planned, run_dir, train_set, accelerator)
     run = Run(
         cfg=cfg,
         run_dir=run_dir,
@@ -313,23 +323,11 @@ def setup(config: dict | Config, run_dir: Path, preemption: PreemptionFlag) -> R
     return run
 
 
-def _launch(config: dict | Config) -> tuple[Config, Any, str]:
-    """The Accelerator (devices, processes, precision; every RNG seeded) and the config
-    checked against the launch."""
-    cfg = config if isinstance(config, Config) else resolve(config)
-    accelerator, precision = make_accelerator(
-        precision=cfg.train.precision,
-        seed_everything=cfg.seed,
-        timeout=process_group_timeout(flops.count(cfg.model.name, cfg.data.image_size).params),
-    )
-    return resolve(cfg, num_processes=accelerator.num_processes), accelerator, precision
-
-
-def _pretraining_set(cfg: Config, accelerator) -> tuple[Any, int]:
-    """The pre-training subset and the run's length in steps."""
+def _pretraining_set(planned: Plan, accelerator) -> tuple[Any, Plan]:
+    """The pre-training subset; the plan completed with its size when only reading it
+    told (a folder source), and its notes said once."""
+    cfg = planned.config
     d = cfg.data
-    if problems := preflight(cfg, dataset_size=dataset_size(cfg)).problems:
-        raise ConfigError(problems)  # before building anything: a subset the set cannot hold
     try:
         train_set = build_dataset(
             d.dataset,
@@ -347,41 +345,29 @@ def _pretraining_set(cfg: Config, accelerator) -> tuple[Any, int]:
         raise
     except ValueError as e:  # a folder source's size is known only now
         raise ConfigError([f"data: {e}"]) from None
-    t = cfg.train
-    total_steps = to_steps(
-        steps=t.steps,
-        epochs=t.epochs,
-        examples=t.examples,
-        batch_size=t.batch_size,
-        num_examples=len(train_set),
-    )
-    problems, notes = length_checks(cfg, total_steps)
-    if problems:
-        raise ConfigError(problems)
-    for note in notes:
+    if planned.num_examples != len(train_set):
+        planned = planned.with_num_examples(len(train_set))
+    for note in planned.notes:
         accelerator.print(f"note: {note}")
-    if train_set.multilabel and t.loss == "softmax":
+    if train_set.multilabel and cfg.train.loss == "softmax":
         raise ConfigError([f"train.loss: {d.dataset} is multi-label; use 'sigmoid'"])
-    return train_set, total_steps
+    return train_set, planned
 
 
-def _record_config(
-    cfg: Config, run_dir: Path, train_set, total_steps: int, accelerator
-) -> tuple[str, dict[str, Any]]:
-    """The cell id and config.json: the resolved config and what the data added."""
-    cid = cell_id(cfg)
-    resolved = cfg.to_dict()
-    resolved["cell_id"] = cid
+def _record_config(planned: Plan, run_dir: Path, train_set, accelerator) -> dict[str, Any]:
+    """config.json: the resolved config and what the data added."""
+    resolved = planned.config.to_dict()
+    resolved["cell_id"] = planned.cell_id
     resolved["data"]["num_examples"] = len(train_set)
     resolved["data"]["num_classes"] = train_set.num_classes
     if getattr(train_set, "selection", None):  # a sharded subset: exactly which examples
         resolved["data"]["selection"] = train_set.selection
-    resolved["train"]["total_steps"] = total_steps
+    resolved["train"]["total_steps"] = planned.total_steps
     if accelerator.is_main_process:
         run_dir.mkdir(parents=True, exist_ok=True)
-        _check_same_run(run_dir, cid)
+        _check_same_run(run_dir, planned.cell_id)
         rf.write_json_if_changed(run_dir / rf.CONFIG, resolved)
-    return cid, resolved
+    return resolved
 
 
 def _model(cfg: Config, accelerator, num_classes: int, total_steps: int) -> dict[str, Any]:
