@@ -27,7 +27,7 @@ def ensure_cluster() -> str:
     return done.stdout
 
 
-SCRIPT = Path(__file__).resolve().parents[1] / "slurm" / "local-cluster.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "slurm" / "local-cluster.sh"
 
 
 def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
