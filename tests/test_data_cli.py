@@ -12,7 +12,7 @@ from vitscale.data.preview import pick_examples, sample_grid
 from vitscale.data.registry import dataset_names
 from vitscale.data.synthetic import SyntheticImages
 
-from .test_data_sources import write_image_tree
+from .helpers.datasets import write_image_tree
 
 
 def test_data_list(capsys):

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from vitscale.data import Batch, StepBatchSampler, build_dataset, build_loader
 
-from .test_data_sources import write_cifar10, write_multilabel
+from .helpers.datasets import write_cifar10, write_multilabel
 
 PROPS = settings(max_examples=50, deadline=None)
 

@@ -1,8 +1,8 @@
-"""Sharded sets on real tar files written here: conversion, indexing, subsets, the stream,
+"""Sharded sets on real tar files: conversion, indexing, subsets, the stream,
 and every bad input of issue 15.
 
-Shards are written two ways: by ``vitscale data shard`` from the real on-disk formats of
-tests/test_data_sources.py (an ImageFolder tree, a multi-label tree, CIFAR's pickled
+Shards are written two ways (:mod:`tests.helpers.datasets`): by ``vitscale data shard``
+from the real on-disk formats (an ImageFolder tree, a multi-label tree, CIFAR's pickled
 batches, the synthetic set), and directly with WebDataset's ``TarWriter`` (as img2dataset
 or a user's own script would) and then indexed by ``vitscale data index``. Images are
 JPEGs of one flat colour per example (``colour(i)``), so a decoded example names the
@@ -22,7 +22,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
-from webdataset import TarWriter
 
 from vitscale.cli import main
 from vitscale.data import (
@@ -32,61 +31,22 @@ from vitscale.data import (
     build_dataset,
     build_loader,
 )
-from vitscale.data.shardindex import Shard, ShardIndex, select, write_index
+from vitscale.data.shardindex import Shard, ShardIndex, select
 from vitscale.data.shardset import EpochOrder
 from vitscale.data.shardwrite import index_shards, shard_dataset
 
-from .test_data_sources import colour, write_cifar10, write_image_tree, write_multilabel
+from .helpers.datasets import (
+    bad_set,
+    jpeg_bytes,
+    sample,
+    write_cifar10,
+    write_image_tree,
+    write_jpeg_shards,
+    write_multilabel,
+    write_tar,
+)
 
 PROPS = settings(max_examples=40, deadline=None)
-
-
-# ----------------------------------------------------------------------------- writers
-
-
-def jpeg_bytes(i: int, size: tuple[int, int] = (20, 16)) -> bytes:
-    """A JPEG of example ``i``: its flat colour plus a gradient (crops and flips show)."""
-    x = np.linspace(0, 60, size[0], dtype=np.float32)[None, :, None]
-    pixels = np.clip(np.asarray(colour(i), np.float32)[None, None] * 0.7 + x, 0, 255)
-    pixels = np.broadcast_to(pixels, (size[1], size[0], 3)).astype(np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, format="JPEG", quality=95)
-    return out.getvalue()
-
-
-def write_tar(path: Path, samples: list[dict]) -> None:
-    """One WebDataset shard, written by WebDataset's own writer."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with TarWriter(str(path), encoder=False) as w:
-        for s in samples:
-            w.write(s)
-
-
-def sample(i: int, label: int | str | list | None = "auto", classes: int = 4) -> dict:
-    out = {"__key__": f"img{i:05d}", "jpg": jpeg_bytes(i)}
-    if label == "auto":
-        label = i % classes
-    if isinstance(label, list):
-        out["json"] = json.dumps({"labels": label}).encode()
-    elif label is not None:
-        out["cls"] = str(label).encode()
-    return out
-
-
-def write_jpeg_shards(
-    root: Path, *, shards: int = 4, per_shard: int = 6, test: int = 1, classes: int = 4
-) -> Path:
-    """``train-*.tar`` and ``test-*.tar`` of JPEGs, indexed by ``vitscale data index``."""
-    i = 0
-    for split, count in (("train", shards), ("test", test)):
-        for s in range(count):
-            write_tar(
-                root / f"{split}-{s:06d}.tar",
-                [sample(i + k, classes=classes) for k in range(per_shard)],
-            )
-            i += per_shard
-    index_shards(root, progress=False)
-    return root
 
 
 def key_of(ds, i: int) -> str:
@@ -478,27 +438,6 @@ def test_eval_view_is_a_batch_of_the_selected_examples(tmp_path):
 # ----------------------------------------------------------------------------- bad input
 
 
-def _bad_set(root: Path, bad: dict) -> Path:
-    """Shards with one bad example (key img00099) at position 2 of shard 1, indexed as
-    if it were fine: what a shard damaged after indexing looks like."""
-    shards = []
-    for s in range(2):
-        samples = [sample(s * 4 + k) for k in range(4)]
-        if s == 1:
-            samples[2] = {"__key__": "img00099", **bad}
-        write_tar(root / f"train-{s:06d}.tar", samples)
-        shards.append(Shard(f"train-{s:06d}.tar", 4, (root / f"train-{s:06d}.tar").stat().st_size))
-    write_index(
-        root,
-        classes=["a", "b", "c", "d"],
-        splits={"train": shards},
-        multilabel=False,
-        crop=True,
-        source="test",
-    )
-    return root
-
-
 @pytest.mark.parametrize(
     "bad, reason",
     [
@@ -516,7 +455,7 @@ def _bad_set(root: Path, bad: dict) -> Path:
     ],
 )
 def test_a_bad_example_names_shard_and_key(tmp_path, bad, reason):
-    root = _bad_set(tmp_path / "sh", bad)
+    root = bad_set(tmp_path / "sh", bad)
     ds = build_dataset(f"shards:{root}", "train", image_size=16)
     ds[0]  # a good one
     with pytest.raises(DatasetFormatError) as e:
@@ -531,7 +470,7 @@ def test_a_bad_example_names_shard_and_key(tmp_path, bad, reason):
 
 
 def test_skipped_examples_are_replaced_and_reported(tmp_path):
-    root = _bad_set(tmp_path / "sh", {"jpg": b"broken", "cls": b"1"})
+    root = bad_set(tmp_path / "sh", {"jpg": b"broken", "cls": b"1"})
     ds = build_dataset(f"shards:{root}", "train", image_size=16, skip_bad_samples=1)
     batch = next(iter(build_loader(ds, batch_size=8, seed=0)))
     assert batch.images.shape == (8, 3, 16, 16)  # never a shorter batch
