@@ -62,9 +62,9 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vitscale.data import build_dataset, build_loader  # noqa: E402
-from vitscale.data import shardset as shardset_module  # noqa: E402
-from vitscale.data.shardread import decode_pil, decode_torchvision  # noqa: E402
-from vitscale.data.shardwrite import shard_dataset  # noqa: E402
+from vitscale.data.shards import dataset as shard_dataset_module  # noqa: E402
+from vitscale.data.shards.read import decode_pil, decode_torchvision  # noqa: E402
+from vitscale.data.shards.write import shard_dataset  # noqa: E402
 from vitscale.data.transforms import train_transform  # noqa: E402
 
 SIZE = 224
@@ -151,11 +151,11 @@ def cpu_paths(tree: Path, shards: Path, files: list[Path]) -> dict:
 
     def shards_with(decoder):
         def load(i: int):
-            shardset_module.decode = decoder
+            shard_dataset_module.decode = decoder
             try:
                 return sharded.load(int(order[i]), seed=i)
             finally:
-                shardset_module.decode = decode_torchvision
+                shard_dataset_module.decode = decode_torchvision
 
         return load
 

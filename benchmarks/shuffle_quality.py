@@ -1,6 +1,6 @@
 """Is the sharded stream shuffled well enough to train on? Label autocorrelation, measured.
 
-The sharded stream (:mod:`vitscale.data.shardset`) shuffles within windows of
+The sharded stream (:mod:`vitscale.data.shards.dataset`) shuffles within windows of
 ``data.shuffle_shards`` shards (whole shards in a seeded order per epoch, their examples
 permuted together). How well that mixes depends on how the shards were written:
 
@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vitscale.data.loader import StepBatchSampler  # noqa: E402
-from vitscale.data.shardset import EpochOrder  # noqa: E402
+from vitscale.data.shards.dataset import EpochOrder  # noqa: E402
 
 LAGS = (1, 16, 256)
 

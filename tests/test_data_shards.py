@@ -31,9 +31,9 @@ from vitscale.data import (
     build_dataset,
     build_loader,
 )
-from vitscale.data.shardindex import Shard, ShardIndex, select
-from vitscale.data.shardset import EpochOrder
-from vitscale.data.shardwrite import index_shards, shard_dataset
+from vitscale.data.shards.dataset import EpochOrder
+from vitscale.data.shards.index import Shard, ShardIndex, select
+from vitscale.data.shards.write import index_shards, shard_dataset
 
 from .helpers.datasets import (
     bad_set,
@@ -89,7 +89,7 @@ def test_shard_an_imagefolder_copies_jpegs_in_a_random_order(tmp_path):
         f"imagefolder:{tree}", tmp_path / "small", shard_size=40, shorter_side=8, progress=False
     )
     small = build_dataset(f"shards:{tmp_path / 'small'}", "train", image_size=16)
-    from vitscale.data.shardread import decode
+    from vitscale.data.shards.read import decode
 
     path, inner = small.where(0)
     raw = small._reader.sample(path, 30, inner)
@@ -98,7 +98,7 @@ def test_shard_an_imagefolder_copies_jpegs_in_a_random_order(tmp_path):
 
 def test_shard_cifar_is_lossless_and_multilabel_keeps_every_label(tmp_path):
     root = write_cifar10(tmp_path / "cifar")
-    from vitscale.data.shardread import decode
+    from vitscale.data.shards.read import decode
 
     shard_dataset("cifar10", tmp_path / "c", shard_size=7, root=str(root), progress=False)
     shards = build_dataset(f"shards:{tmp_path / 'c'}", "test", image_size=32)
@@ -139,12 +139,12 @@ def test_shard_the_synthetic_set_framed_and_quantised(tmp_path):
 
 
 def test_interrupted_conversion_resumes_to_the_same_bytes(tmp_path, monkeypatch, capsys):
-    from vitscale.data import shardwrite
+    from vitscale.data.shards import write as shard_write
 
     tree = write_image_tree(tmp_path / "tree", ["a", "b"], {"train": 20, "test": 4})
     args = ["data", "shard", f"imagefolder:{tree}", "--shard-size", "3"]
     assert main([*args, str(tmp_path / "whole"), "--workers", "2"]) == 0  # in parallel
-    real, written = shardwrite._write_shard, []
+    real, written = shard_write._write_shard, []
 
     def interrupt_at_the_fourth(job):
         if len(written) == 3:
@@ -152,13 +152,13 @@ def test_interrupted_conversion_resumes_to_the_same_bytes(tmp_path, monkeypatch,
         written.append(job)
         return real(job)
 
-    monkeypatch.setattr(shardwrite, "_write_shard", interrupt_at_the_fourth)
+    monkeypatch.setattr(shard_write, "_write_shard", interrupt_at_the_fourth)
     part = tmp_path / "part"
     assert main([*args, str(part)]) == 130
     assert "run the same command again to resume" in capsys.readouterr().err
     assert len(list(part.glob("*.tar"))) == 3 and not (part / "index.json").exists()
     (part / ".train-000004.tar.tmp-1").write_bytes(b"a killed run's half shard")
-    monkeypatch.setattr(shardwrite, "_write_shard", real)
+    monkeypatch.setattr(shard_write, "_write_shard", real)
     assert main([*args, str(part)]) == 0
     whole = sorted(p.name for p in (tmp_path / "whole").iterdir())
     assert sorted(p.name for p in part.iterdir()) == whole  # the stale temporary is gone
@@ -176,10 +176,10 @@ def test_interrupted_conversion_resumes_to_the_same_bytes(tmp_path, monkeypatch,
 def test_a_full_disk_keeps_finished_shards_and_says_how_to_resume(tmp_path, monkeypatch, capsys):
     import errno
 
-    from vitscale.data import shardwrite
+    from vitscale.data.shards import write as shard_write
 
     tree = write_image_tree(tmp_path / "tree", ["a", "b"], {"train": 9, "test": 2})
-    real, calls = shardwrite._write_shard, []
+    real, calls = shard_write._write_shard, []
 
     def no_space(self, obj):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -192,7 +192,7 @@ def test_a_full_disk_keeps_finished_shards_and_says_how_to_resume(tmp_path, monk
             monkeypatch.setattr(webdataset.TarWriter, "write", no_space)
         return real(job)
 
-    monkeypatch.setattr(shardwrite, "_write_shard", disk_full_on_the_second)
+    monkeypatch.setattr(shard_write, "_write_shard", disk_full_on_the_second)
     dest = tmp_path / "d"
     args = ["data", "shard", f"imagefolder:{tree}", str(dest), "--shard-size", "4"]
     assert main(args) == 2
@@ -542,7 +542,7 @@ def test_torchvision_and_pil_decode_the_same_pixels():
     torchvision no longer decodes images: both are libjpeg-turbo, the pixels must agree."""
     from matplotlib.cbook import get_sample_data
 
-    from vitscale.data.shardread import decode_pil, decode_torchvision
+    from vitscale.data.shards.read import decode_pil, decode_torchvision
 
     photo = Image.open(get_sample_data("grace_hopper.jpg", asfileobj=False))  # a real photo
     for i, (quality, subsampling) in enumerate([(95, 0), (90, 2), (75, 1)]):

@@ -379,7 +379,7 @@ def test_nothing_downloaded_unless_asked(tmp_path, pristine_downloads):
 
 def test_torchvision_classes_still_check_what_we_rely_on():
     """The MD5-free CIFAR subclasses keep torchvision's file lists."""
-    from vitscale.data.sources import _CIFAR
+    from vitscale.data.sources.load import _CIFAR
 
     assert [f for f, _ in _CIFAR["cifar10"].train_list] == [
         f for f, _ in datasets.CIFAR10.train_list

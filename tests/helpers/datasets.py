@@ -18,8 +18,8 @@ import torch
 from PIL import Image
 from webdataset import TarWriter
 
-from vitscale.data.shardindex import Shard, write_index
-from vitscale.data.shardwrite import index_shards
+from vitscale.data.shards.index import Shard, write_index
+from vitscale.data.shards.write import index_shards
 
 SIZE = 32  # output resolution in these tests
 

@@ -102,7 +102,7 @@ def build_loader(
     in worker processes; real datasets' random augmentation then draws from the workers'
     seeds, so only ``num_workers=0`` resumes bit-exactly with augmentation on (the
     synthetic set has no augmentation and resumes exactly either way). A sharded set
-    (``shards:``) computes its own stream (:mod:`vitscale.data.shardset`), exact with
+    (``shards:``) computes its own stream (:mod:`vitscale.data.shards.dataset`), exact with
     workers and augmentation too. Workers ignore SLURM's signals, which the trainer
     handles (:mod:`vitscale.data.workers`).
     """

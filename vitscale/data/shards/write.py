@@ -6,7 +6,7 @@ family) as WebDataset tar shards with WebDataset's own ``TarWriter``:
 
 - examples go in a fixed random order (``SeededPermutation(n, SHARD_ORDER_SEED)``), so
   every shard is a random sample of its split: a subset made of whole shards
-  (:func:`vitscale.data.shardindex.select`) is a random subset, whatever the source's
+  (:func:`vitscale.data.shards.index.select`) is a random subset, whatever the source's
   order (ImageFolder lists class by class);
 - image files are copied byte for byte (a JPEG stays the same JPEG; formats other than
   JPEG, PNG and WebP become PNG); arrays (CIFAR, the rendered synthetic set) become PNG;
@@ -21,7 +21,7 @@ family) as WebDataset tar shards with WebDataset's own ``TarWriter``:
 
 ``index_shards(DIR)`` writes ``index.json`` for shards made elsewhere (img2dataset,
 webdataset's ``ShardWriter``): every shard's examples counted, its tar checked whole and
-its labels read (:func:`vitscale.data.shardread.scan_shard`), the class list taken from a
+its labels read (:func:`vitscale.data.shards.read.scan_shard`), the class list taken from a
 file or from the labels.
 """
 
@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from .registry import DatasetFormatError, parse_name
-from .shardindex import IMAGE_EXTS, INDEX_FILE, Shard, expand_pattern, write_index
-from .subsets import SeededPermutation, parse_count
+from ..registry import DatasetFormatError, parse_name
+from ..subsets import SeededPermutation, parse_count
+from .index import IMAGE_EXTS, INDEX_FILE, Shard, expand_pattern, write_index
 
 __all__ = ["SHARD_ORDER_SEED", "PLAN_FILE", "shard_dataset", "index_shards", "ShardingError"]
 
@@ -116,12 +116,12 @@ def _open_split(
     image_size: int,
     shorter_side: int | None = None,
 ) -> _Split:
-    from .registry import default_root
-    from .vocabulary import TASKS
+    from ..registry import default_root
+    from ..synthetic.vocabulary import TASKS
 
     source, path = parse_name(src)
     if source in TASKS:
-        from .synthetic import SyntheticImages
+        from ..synthetic.render import SyntheticImages
 
         ds = SyntheticImages(source, split=split, image_size=image_size)
 
@@ -134,7 +134,7 @@ def _open_split(
             ]
 
         return _Split(len(ds), read_synthetic, list(ds.classes), False, crop=False)
-    from .sources import load_source
+    from ..sources.load import load_source
 
     where = path if path is not None else Path(root).expanduser() if root else default_root(source)
     ds = load_source(src, source, split, root=where, transform=None, download=download)
@@ -289,7 +289,7 @@ def shard_dataset(
     dest = Path(dest).expanduser()
     kwargs = dict(root=root, download=download, image_size=image_size, shorter_side=shorter_side)
     source, _ = parse_name(src)
-    from .vocabulary import TASKS
+    from ..synthetic.vocabulary import TASKS
 
     split_names = ["train", "test"]
     splits = {s: _open_split(src, s, **kwargs) for s in split_names}
@@ -372,7 +372,7 @@ def shard_dataset(
 
 
 def _scan(path: str):
-    from .shardread import scan_shard
+    from .read import scan_shard
 
     return scan_shard(Path(path))
 

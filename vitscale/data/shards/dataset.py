@@ -1,6 +1,6 @@
 """Sharded sets as torch datasets, and their exact, resumable pre-training stream.
 
-:class:`ShardSet` is a :class:`~vitscale.data.shardindex.Selection` as a map-style dataset
+:class:`ShardSet` is a :class:`~vitscale.data.shards.index.Selection` as a map-style dataset
 (example ``i`` = the ``i``-th selected example): evaluation sets, previews, and the base of
 the stream. Like the map-style stream (:mod:`vitscale.data.loader`), the pre-training
 stream is computed from the step, never replayed, so a run preempted mid-epoch resumes
@@ -43,10 +43,13 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
-from ._hash import derive_key
-from .batch import Batch
-from .registry import DatasetFormatError, DatasetNotFoundError
-from .shardindex import (
+from .._hash import derive_key
+from ..batch import Batch
+from ..registry import DatasetFormatError, DatasetNotFoundError
+from ..subsets import SeededPermutation, SubsetSpec
+from ..transforms import eval_transform, to_signed_float, train_transform
+from ..workers import worker_init
+from .index import (
     Selection,
     ShardIndex,
     check_shards,
@@ -55,10 +58,7 @@ from .shardindex import (
     select,
     split_shards,
 )
-from .shardread import Labels, SampleError, ShardReader, decode, image_of, labels_of
-from .subsets import SeededPermutation, SubsetSpec
-from .transforms import eval_transform, to_signed_float, train_transform
-from .workers import worker_init
+from .read import Labels, SampleError, ShardReader, decode, image_of, labels_of
 
 __all__ = [
     "DEFAULT_WINDOW",
