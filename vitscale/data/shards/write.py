@@ -255,6 +255,66 @@ def _init_worker() -> None:
     torch.set_num_threads(1)
 
 
+def _checked_cap(
+    shard_size: int, workers: int, shorter_side: int | None, max_examples: int | str | None
+) -> int | None:
+    """The arguments checked before any source is opened; the examples cap, if any."""
+    if shard_size < 1:
+        raise ShardingError(f"--shard-size must be at least 1 example, got {shard_size}")
+    if workers < 1:
+        raise ShardingError(f"--workers must be at least 1, got {workers}")
+    if shorter_side is not None and shorter_side < 8:
+        raise ShardingError(f"--shorter-side must be at least 8 pixels, got {shorter_side}")
+    cap = None if max_examples is None else parse_count(max_examples, what="--max-examples")
+    if cap is not None and cap < 1:
+        raise ShardingError(f"--max-examples must be at least 1, got {cap}")
+    return cap
+
+
+def _sizes(src: str, splits: dict[str, _Split], cap: int | None) -> dict[str, int]:
+    """Examples to shard per split: all, or a random part of at most ``cap``."""
+    for s, sp in splits.items():
+        if cap is None and sp.size > _LARGE_SPLIT:
+            raise ShardingError(
+                f"{src} {s} has {sp.size:,} examples; give --max-examples (e.g. 1M) to shard "
+                "a random part of it"
+            )
+    return {s: sp.size if cap is None else min(cap, sp.size) for s, sp in splits.items()}
+
+
+def _jobs(
+    dest: Path, splits: dict[str, _Split], sizes: dict[str, int], shard_size: int
+) -> tuple[list[tuple[str, int, list[int], str]], int]:
+    """``(shards still to write, examples in the shards already written)``."""
+    jobs, done = [], 0
+    for s, size in sizes.items():
+        order = SeededPermutation(splits[s].size, SHARD_ORDER_SEED)(np.arange(size)).tolist()
+        for j, start in enumerate(range(0, size, shard_size)):
+            ids = order[start : start + shard_size]
+            if (dest / _shard_name(s, j)).is_file():
+                done += len(ids)
+            else:
+                jobs.append((s, j, ids, str(dest)))
+    return jobs, done
+
+
+def _write_all(jobs: list, splits: dict[str, _Split], *, workers: int, bar) -> None:
+    """Write the shards in-process or in forked workers, counting examples on ``bar``."""
+    _WORKER["splits"] = splits
+    try:
+        if workers == 1 or len(jobs) <= 1:
+            for job in jobs:
+                bar.update(_write_shard(job)[2])
+        else:
+            ctx = multiprocessing.get_context("fork")
+            with ctx.Pool(workers, _init_worker) as pool:
+                for _, _, n in pool.imap_unordered(_write_shard, jobs):
+                    bar.update(n)
+    finally:
+        bar.close()
+        _WORKER.clear()
+
+
 def shard_dataset(
     src: str,
     dest: str | Path,
@@ -277,86 +337,44 @@ def shard_dataset(
     """
     from tqdm import tqdm
 
-    if shard_size < 1:
-        raise ShardingError(f"--shard-size must be at least 1 example, got {shard_size}")
-    if workers < 1:
-        raise ShardingError(f"--workers must be at least 1, got {workers}")
-    if shorter_side is not None and shorter_side < 8:
-        raise ShardingError(f"--shorter-side must be at least 8 pixels, got {shorter_side}")
-    cap = None if max_examples is None else parse_count(max_examples, what="--max-examples")
-    if cap is not None and cap < 1:
-        raise ShardingError(f"--max-examples must be at least 1, got {cap}")
-    dest = Path(dest).expanduser()
-    kwargs = dict(root=root, download=download, image_size=image_size, shorter_side=shorter_side)
-    source, _ = parse_name(src)
     from ..synthetic.vocabulary import TASKS
 
-    split_names = ["train", "test"]
-    splits = {s: _open_split(src, s, **kwargs) for s in split_names}
-    sizes = {}
-    for s, sp in splits.items():
-        if cap is None and sp.size > _LARGE_SPLIT:
-            raise ShardingError(
-                f"{src} {s} has {sp.size:,} examples; give --max-examples (e.g. 1M) to shard "
-                "a random part of it"
-            )
-        sizes[s] = sp.size if cap is None else min(cap, sp.size)
-    plan = _plan(
-        src,
-        sizes,
-        {
-            "shard_size": shard_size,
-            "image_size": image_size if source in TASKS else None,
-            "shorter_side": shorter_side,
-            "order_seed": SHARD_ORDER_SEED,
-        },
-    )
-    _check_dest(dest, plan)
+    cap = _checked_cap(shard_size, workers, shorter_side, max_examples)
+    dest = Path(dest).expanduser()
+    kwargs = dict(root=root, download=download, image_size=image_size, shorter_side=shorter_side)
+    splits = {s: _open_split(src, s, **kwargs) for s in ("train", "test")}
+    sizes = _sizes(src, splits, cap)
+    synthetic = parse_name(src)[0] in TASKS
+    settings = {
+        "shard_size": shard_size,
+        "image_size": image_size if synthetic else None,
+        "shorter_side": shorter_side,
+        "order_seed": SHARD_ORDER_SEED,
+    }
+    _check_dest(dest, _plan(src, sizes, settings))
     for stale in dest.glob(".*.tmp-*"):  # a killed run's unfinished shard
         stale.unlink()
-    jobs, done_examples = [], 0
-    for s in split_names:
-        n, size = splits[s].size, sizes[s]
-        order = SeededPermutation(n, SHARD_ORDER_SEED)(np.arange(size)).tolist()
-        for j, start in enumerate(range(0, size, shard_size)):
-            ids = order[start : start + shard_size]
-            if (dest / _shard_name(s, j)).is_file():
-                done_examples += len(ids)
-            else:
-                jobs.append((s, j, ids, str(dest)))
-    total = sum(sizes.values())
+    jobs, done = _jobs(dest, splits, sizes, shard_size)
     bar = tqdm(
-        total=total,
-        initial=done_examples,
+        total=sum(sizes.values()),
+        initial=done,
         desc=f"sharding {src}",
         unit="img",
         disable=not progress,
         dynamic_ncols=True,
     )
-    _WORKER["splits"] = splits
-    try:
-        if workers == 1 or len(jobs) <= 1:
-            for job in jobs:
-                bar.update(_write_shard(job)[2])
-        else:
-            ctx = multiprocessing.get_context("fork")
-            with ctx.Pool(workers, _init_worker) as pool:
-                for _, _, n in pool.imap_unordered(_write_shard, jobs):
-                    bar.update(n)
-    finally:
-        bar.close()
-        _WORKER.clear()
-    index_splits = {}
-    for s in split_names:
-        count = -(-sizes[s] // shard_size)
-        index_splits[s] = [
+    _write_all(jobs, splits, workers=workers, bar=bar)
+    index_splits = {
+        s: [
             Shard(
                 _shard_name(s, j),
-                min(shard_size, sizes[s] - j * shard_size),
+                min(shard_size, size - j * shard_size),
                 (dest / _shard_name(s, j)).stat().st_size,
             )
-            for j in range(count)
+            for j in range(-(-size // shard_size))
         ]
+        for s, size in sizes.items()
+    }
     first = splits["train"]
     return write_index(
         dest,
