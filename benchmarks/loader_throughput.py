@@ -183,7 +183,7 @@ def loader_rate(shards: Path, workers: int, *, batches: int) -> tuple[float, flo
     loader = build_loader(ds, batch_size=64, seed=0, num_workers=workers)
     batches_ = iter(loader)
     next(batches_)  # workers started
-    frame = batches_.gi_frame  # ShardLoader's generator: its DataLoader iterator
+    frame = batches_.gi_frame  # StreamLoader's generator: its DataLoader iterator
     pids = [os.getpid(), *(w.pid for w in frame.f_locals["batches"]._workers)]
     started, cpu = time.perf_counter(), _cpu_seconds(pids)
     for _ in range(batches):

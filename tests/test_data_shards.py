@@ -31,8 +31,8 @@ from vitscale.data import (
     build_dataset,
     build_loader,
 )
-from vitscale.data.shards.dataset import EpochOrder
 from vitscale.data.shards.index import Shard, ShardIndex, select
+from vitscale.data.shards.order import WindowedOrder
 from vitscale.data.shards.write import index_shards, shard_dataset
 
 from .helpers.datasets import (
@@ -359,7 +359,7 @@ def test_the_record_names_the_exact_examples():
     epoch=st.integers(0, 5),
 )
 def test_every_epoch_is_a_permutation_read_window_by_window(takes, window, seed, epoch):
-    order = EpochOrder(np.asarray(takes), seed=seed, window=window)
+    order = WindowedOrder(takes=np.asarray(takes), seed=seed, window=window)
     n = sum(takes)
     positions = np.arange(epoch * n, (epoch + 1) * n)
     examples = order(positions)
@@ -386,12 +386,12 @@ def test_shuffle_label_autocorrelation():
     takes = np.full(classes, per_shard)
     stream = np.arange(0, 2 * classes * per_shard)
     for window in (1, 4, 16):
-        labels = EpochOrder(takes, seed=0, window=window)(stream) // per_shard
+        labels = WindowedOrder(takes=takes, seed=0, window=window)(stream) // per_shard
         chance = 1 / classes
         expected = (1 / window - chance) / (1 - chance)  # same class within a window
         assert autocorrelation(labels, 1) == pytest.approx(expected, abs=0.03)
     shuffled = np.random.default_rng(0).integers(0, classes, classes * per_shard)
-    labels = shuffled[EpochOrder(takes, seed=0, window=4)(stream)]
+    labels = shuffled[WindowedOrder(takes=takes, seed=0, window=4)(stream)]
     assert abs(autocorrelation(labels, 1)) < 0.01
 
 
@@ -418,7 +418,7 @@ def test_loader_ranks_workers_and_restarts_read_the_same_examples(tmp_path):
     plain = build_dataset(
         f"shards:{root}", "train", image_size=16, subset=31, seed=2, augment=False
     )
-    order = EpochOrder(plain.takes, seed=5, window=plain.window)
+    order = WindowedOrder(takes=plain.takes, seed=5, window=plain.window)
     first_epoch = order(np.arange(31))
     assert sorted(first_epoch.tolist()) == list(range(31))
     targets = torch.cat([b.targets for b in batches])[:31]

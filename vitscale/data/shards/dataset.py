@@ -1,54 +1,35 @@
-"""Sharded sets as torch datasets, and their exact, resumable pre-training stream.
+"""Sharded sets as torch datasets, and the stream they read themselves.
 
 :class:`ShardSet` is a :class:`~vitscale.data.shards.index.Selection` as a map-style dataset
 (example ``i`` = the ``i``-th selected example): evaluation sets, previews, and the base of
-the stream. Like the map-style stream (:mod:`vitscale.data.loader`), the pre-training
-stream is computed from the step, never replayed, so a run preempted mid-epoch resumes
-with exactly the examples an uninterrupted run would have seen:
-
-- an endless sequence of epochs over the ``N`` selected examples; stream position ``p`` is
-  an example of epoch ``p // N``;
-- epoch ``e`` puts the selection's shards in the order of ``SeededPermutation(k,
-  key(seed, e))`` and cuts that order into windows of ``window`` consecutive shards
-  (``data.shuffle_shards``); the examples of one window come in the order of
-  ``SeededPermutation(window examples, key(seed, e, w))``. The window is the shuffle:
-  examples of ``window`` shards interleaved at random (label autocorrelation measured in
-  ``benchmarks/shuffle_quality.py``), while a batch only reads from the shards of one or
-  two windows (locality on a cluster file system);
-- the global batch of step ``s`` is positions ``[s B, (s + 1) B)``; process ``r`` reads the
-  ``r``-th slice: every process reads different examples, together exactly the global
-  batch, the same batches for any number of processes;
-- the augmentation of the example at position ``p`` (Inception crop + flip) draws from
-  torch's CPU generator seeded with ``key(seed, p)``, forked so the training process's
-  own streams (dropout) are untouched: a batch is bit-identical for any number of
-  DataLoader workers, processes and restarts.
+the pre-training stream (:mod:`vitscale.data.stream`), read in the windowed order
+(:mod:`.order`) with the augmentation of stream position ``p`` drawn from torch's CPU
+generator seeded with ``key(seed, p)`` (forked: dropout's streams are untouched), so a batch
+is bit-identical for any number of DataLoader workers, processes and restarts.
 
 A bad example (no image, an image that does not decode, no label, a label outside the class
 list) is an error naming the shard and the key; with ``data.skip_bad_samples: N`` it is
 replaced by the example at the next stream position (the same replacement on a resumed
-run) and reported with the batch (:class:`ShardBatch`), and the training loop stops once
+run) and reported with the batch (``Batch.skipped``), and the training loop stops once
 more than ``N`` were skipped and records the count in ``result.json``.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
 from .._hash import derive_key
-from ..batch import Batch
+from ..batch import Batch, collate
 from ..registry import DatasetFormatError, DatasetNotFoundError
-from ..subsets import SeededPermutation, SubsetSpec
+from ..stream import OwnStream, PositionStream, ReadFailure, seed63
+from ..subsets import SubsetSpec
 from ..transforms import eval_transform, to_signed_float, train_transform
-from ..workers import worker_init
 from .index import (
     Selection,
     ShardIndex,
@@ -58,33 +39,20 @@ from .index import (
     select,
     split_shards,
 )
+from .order import WindowedOrder
 from .read import Labels, SampleError, ShardReader, decode, image_of, labels_of
 
-__all__ = [
-    "DEFAULT_WINDOW",
-    "ShardSet",
-    "EpochOrder",
-    "ShardStream",
-    "ShardBatch",
-    "ShardLoader",
-    "load_shards",
-]
+__all__ = ["DEFAULT_WINDOW", "ShardSet", "ShardStream", "load_shards"]
 
 DEFAULT_WINDOW = 16  # shards shuffled together (data.shuffle_shards unset)
-# A worker's batch taking longer than this is an error, not a hang (a stuck file system).
-BATCH_TIMEOUT_S = 600
-_EPOCH, _WINDOW, _AUGMENT = 0x5A4D_0E0C, 0x5A4D_0B1D, 0x5A4D_A0C0
+_AUGMENT = 0x5A4D_A0C0
 _SKIP_HINT = (
     "set data.skip_bad_samples: N to replace up to N bad examples by the next ones "
     "(counted in result.json), or repair the shard"
 )
 
 
-def _seed63(seed: int) -> int:
-    return int(seed) & (2**63 - 1)
-
-
-class ShardSet(Dataset):
+class ShardSet(Dataset, OwnStream):
     """The selected examples of a sharded set: ``(image, target)`` pairs.
 
     Images are float32 ``(3, S, S)`` in [-1, 1] through the paper's transforms (Inception
@@ -178,8 +146,7 @@ class ShardSet(Dataset):
         return self.load(int(i))
 
     def __getitems__(self, indices: list[int]) -> Batch:
-        pairs = [self.load(int(i)) for i in indices]
-        return Batch(torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs]))
+        return collate([self.load(int(i)) for i in indices])
 
     def targets_of(self, indices: np.ndarray) -> np.ndarray:
         """Classes (first label) of examples, reading only their label members."""
@@ -194,139 +161,22 @@ class ShardSet(Dataset):
                 raise SampleError(self.name, path, sample["__key__"], str(e)) from None
         return out
 
-    def stream_loader(
-        self,
-        *,
-        batch_size: int,
-        seed: int,
-        num_replicas: int = 1,
-        rank: int = 0,
-        start_step: int = 0,
-        num_workers: int = 0,
-    ) -> ShardLoader:
-        """This process's endless batches of the pre-training stream from ``start_step``
-        (what :func:`vitscale.data.build_loader` returns for a sharded set)."""
-        sampler = _Positions(
-            batch_size=batch_size, num_replicas=num_replicas, rank=rank, start_step=start_step
-        )
-        return ShardLoader(
-            ShardStream(self, seed=seed),
-            batch_sampler=sampler,
-            collate_fn=_as_is,
-            num_workers=num_workers,
-            worker_init_fn=worker_init,  # SLURM's signals are the trainer's to handle
-            timeout=BATCH_TIMEOUT_S if num_workers else 0,
-            pin_memory=torch.cuda.is_available(),
-            # One iterator serves the whole run (the stream is endless), so workers need not
-            # persist; not persisting lets a reading error stop them at once.
-            # Its own generator: starting an iterator would otherwise draw from the global
-            # torch RNG (the workers' base seed) and shift dropout after a resume.
-            generator=torch.Generator().manual_seed(seed),
-        )
+    def stream(self, *, seed: int) -> ShardStream:
+        """The pre-training stream (what :func:`vitscale.data.build_loader` reads)."""
+        return ShardStream(shards=self, seed=seed)
 
     def __repr__(self) -> str:
         return f"ShardSet({self.name!r}, n={len(self)}, shards={len(self._paths)})"
 
 
-class EpochOrder:
-    """Stream position -> example of the selection (module docstring), vectorised."""
+class ShardStream(PositionStream):
+    """A sharded set's examples at stream positions, augmented and replaced as the module
+    docstring says."""
 
-    def __init__(self, takes: np.ndarray, *, seed: int, window: int) -> None:
-        self.takes = np.asarray(takes, dtype=np.int64)
-        self.k, self.n = len(self.takes), int(self.takes.sum())
-        if self.n < 1:
-            raise ValueError("cannot stream an empty selection")
-        self.first = np.concatenate([[0], np.cumsum(self.takes)[:-1]])
-        self.seed, self.window = _seed63(seed), int(window)
-        self._epochs: dict[int, tuple[np.ndarray, ...]] = {}
-
-    def _epoch(self, epoch: int) -> tuple[np.ndarray, ...]:
-        if epoch not in self._epochs:
-            if len(self._epochs) > 4:  # a batch touches at most two epochs
-                self._epochs.clear()
-            sigma = SeededPermutation(self.k, derive_key(_EPOCH, self.seed, epoch))(
-                np.arange(self.k)
-            )
-            sizes = self.takes[sigma]
-            ends = np.cumsum(sizes)
-            starts = np.concatenate([[0], ends])
-            cuts = np.arange(0, self.k, self.window)
-            w_start = starts[cuts]
-            w_size = np.diff(np.concatenate([w_start, [self.n]]))
-            self._epochs[epoch] = (sigma, sizes, ends, w_start, w_size)
-        return self._epochs[epoch]
-
-    def window_of(self, positions: np.ndarray) -> np.ndarray:
-        """``(epoch, window)`` of each position, as one int per position (for tests)."""
-        pos = np.asarray(positions, dtype=np.int64)
-        epochs, q = np.divmod(pos, self.n)
-        out = np.empty_like(pos)
-        for e in np.unique(epochs):
-            sel = epochs == e
-            w_start = self._epoch(int(e))[3]
-            out[sel] = e * self.k + np.searchsorted(w_start, q[sel], side="right") - 1
-        return out
-
-    def __call__(self, positions: np.ndarray | list[int]) -> np.ndarray:
-        pos = np.asarray(positions, dtype=np.int64)
-        epochs, q = np.divmod(pos, self.n)
-        out = np.empty_like(pos)
-        for e in np.unique(epochs):
-            sel = epochs == e
-            sigma, sizes, ends, w_start, w_size = self._epoch(int(e))
-            qe = q[sel]
-            w = np.searchsorted(w_start, qe, side="right") - 1
-            shuffled = np.empty_like(qe)
-            for wi in np.unique(w):
-                at = w == wi
-                perm = SeededPermutation(
-                    int(w_size[wi]), derive_key(_WINDOW, self.seed, int(e), int(wi))
-                )
-                shuffled[at] = w_start[wi] + perm(qe[at] - w_start[wi])
-            rank = np.searchsorted(ends, shuffled, side="right")
-            piece = sigma[rank]
-            out[sel] = self.first[piece] + shuffled - (ends[rank] - sizes[rank])
-        return out
-
-
-class ShardBatch:
-    """A batch of the stream: ``images, targets = batch``, plus the examples it skipped.
-
-    Not a tuple, so torch's ``pin_memory`` calls :meth:`pin_memory` and keeps ``skipped``.
-    A batch whose reading failed carries the error instead; :class:`ShardLoader` raises
-    it in the training process with its own type and message (a DataLoader worker's
-    exception would come back wrapped in the worker's traceback).
-    """
-
-    __slots__ = ("images", "targets", "skipped", "error")
-
-    def __init__(self, images, targets, skipped=(), error=None) -> None:
-        self.images, self.targets, self.skipped, self.error = images, targets, tuple(skipped), error
-
-    def __iter__(self) -> Iterator[Tensor]:
-        yield self.images
-        yield self.targets
-
-    def pin_memory(self) -> ShardBatch:
-        if self.error is not None:
-            return self
-        return ShardBatch(self.images.pin_memory(), self.targets.pin_memory(), self.skipped)
-
-    def raise_error(self) -> None:
-        kind, message = self.error
-        raise (DatasetNotFoundError if kind == "missing" else DatasetFormatError)(message)
-
-
-class ShardStream(Dataset):
-    """Stream positions -> examples: what the DataLoader (and its workers) read."""
-
-    def __init__(self, base: ShardSet, *, seed: int) -> None:
-        self.base = base
-        self.seed = _seed63(seed)
-        self.order = EpochOrder(base.takes, seed=seed, window=base.window)
-
-    def __len__(self) -> int:
-        return 2**62  # endless
+    def __init__(self, *, shards: ShardSet, seed: int) -> None:
+        self.base = shards
+        self.seed = seed63(seed)
+        self.order = WindowedOrder(takes=shards.takes, seed=seed, window=shards.window)
 
     def _one(self, position: int, example: int, skipped: list[str]) -> tuple[Tensor, Tensor]:
         """The example at ``position``, or the next good one (counted in ``skipped``)."""
@@ -346,7 +196,7 @@ class ShardStream(Dataset):
                 position += 1
                 example = int(self.order([position])[0])
 
-    def __getitems__(self, positions: list[int]) -> ShardBatch:
+    def __getitems__(self, positions: list[int]) -> Batch | ReadFailure:
         skipped: list[str] = []
         try:
             examples = self.order(positions).tolist()
@@ -354,57 +204,11 @@ class ShardStream(Dataset):
                 self._one(int(p), e, skipped) for p, e in zip(positions, examples, strict=True)
             ]
         except DatasetNotFoundError as e:
-            return ShardBatch(None, None, skipped, ("missing", str(e)))
+            return ReadFailure(error=DatasetNotFoundError, message=str(e))
         except DatasetFormatError as e:
-            return ShardBatch(None, None, skipped, ("format", str(e)))
-        images = torch.stack([p[0] for p in pairs])
-        return ShardBatch(images, torch.stack([p[1] for p in pairs]), skipped)
-
-    def __getitem__(self, position: int):
-        return self.__getitems__([position])
-
-
-class _Positions:
-    """Stream positions of this process's slice of every global batch, from ``start_step``."""
-
-    def __init__(self, *, batch_size: int, num_replicas: int, rank: int, start_step: int) -> None:
-        if batch_size < 1 or num_replicas < 1 or not 0 <= rank < num_replicas:
-            raise ValueError(
-                f"need batch_size >= 1, num_replicas >= 1 and 0 <= rank < num_replicas; got "
-                f"batch_size={batch_size}, num_replicas={num_replicas}, rank={rank}"
-            )
-        self.batch_size, self.global_batch = batch_size, batch_size * num_replicas
-        self.rank, self.start_step = rank, start_step
-
-    def positions(self, step: int) -> list[int]:
-        start = step * self.global_batch + self.rank * self.batch_size
-        return list(range(start, start + self.batch_size))
-
-    def __iter__(self) -> Iterator[list[int]]:
-        step = self.start_step
-        while True:
-            yield self.positions(step)
-            step += 1
-
-
-def _as_is(batch: Any) -> Any:
-    return batch
-
-
-class ShardLoader(DataLoader):
-    """A DataLoader of :class:`ShardBatch` es that raises a batch's reading error and
-    reports its skipped examples (on stderr, as the batch is taken)."""
-
-    def __iter__(self) -> Iterator[ShardBatch]:
-        batches = super().__iter__()
-        while True:
-            batch = next(batches)  # endless
-            if batch.error is not None:
-                del batches  # stop the workers now, not when the traceback is freed
-                batch.raise_error()
-            for text in batch.skipped:
-                print(f"warning: replaced a bad example: {text}", file=sys.stderr)
-            yield batch
+            return ReadFailure(error=DatasetFormatError, message=str(e))
+        batch = collate(pairs)
+        return Batch(images=batch.images, targets=batch.targets, skipped=tuple(skipped))
 
 
 def load_shards(

@@ -50,6 +50,8 @@ class ImageSource(Dataset):
     source reads one file per image, names it in the error if the image does not decode.
     """
 
+    selection = None  # only a sharded set records which examples it selected
+
     def __init__(
         self,
         *,

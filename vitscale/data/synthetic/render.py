@@ -354,7 +354,7 @@ def render(
                 pix_px,
                 *params[1:],
             )
-        return Batch(images, torch.from_numpy(indices % task.num_classes))
+        return Batch(images=images, targets=torch.from_numpy(indices % task.num_classes))
     for start in range(0, len(indices), chunk):
         idx = indices[start : start + chunk]
         u = uniform(key, idx, sc.NUM_FIELDS)
@@ -371,7 +371,7 @@ def render(
                 _glyph(canvas, *layer)
         _strokes(canvas, *front)
         images[start : start + chunk] = canvas.clamp_(0.0, 1.0).mul_(2.0).sub_(1.0)
-    return Batch(images, torch.from_numpy(indices % task.num_classes))
+    return Batch(images=images, targets=torch.from_numpy(indices % task.num_classes))
 
 
 class SyntheticImages(Dataset):
@@ -384,6 +384,7 @@ class SyntheticImages(Dataset):
     """
 
     multilabel = False
+    selection = None  # only a sharded set records which examples it selected
 
     def __init__(self, task: str | SyntheticTask, *, split: str, image_size: int) -> None:
         self.task = TASKS[task] if isinstance(task, str) else task
