@@ -365,7 +365,9 @@ def test_every_epoch_is_a_permutation_read_window_by_window(takes, window, seed,
     examples = order(positions)
     assert sorted(examples.tolist()) == list(range(n))  # no duplicates, no gaps
     piece_of = np.repeat(np.arange(len(takes)), takes)
-    windows = order.window_of(positions)
+    windows = order.by_epoch(  # (epoch, window) of each position, as one int
+        positions, lambda e, offsets: e * len(takes) + order.epoch(e).window(offsets)
+    )
     # windows are consecutive runs of positions; each reads at most `window` shards
     assert (np.diff(windows) >= 0).all()
     for w in np.unique(windows):

@@ -14,12 +14,7 @@ from .subsets import balanced_order as _balanced_order
 from .synthetic.render import SyntheticImages
 from .synthetic.vocabulary import TASKS
 
-__all__ = [
-    "build_dataset",
-    "build_fewshot",
-    "finetune_splits",
-    "all_targets",
-]
+__all__ = ["build_dataset", "build_fewshot", "finetune_splits", "all_targets"]
 
 
 def _base(

@@ -20,6 +20,7 @@ positions itself (:class:`OwnStream`), any other dataset through :class:`Example
 
 from __future__ import annotations
 
+import itertools
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -108,8 +109,7 @@ class ShuffledOrder(StreamOrder):
 
 
 class StepPositions:
-    """Stream positions of this process's slice of every global batch, from
-    ``start_step`` on (endless): the DataLoader's batch sampler."""
+    """The DataLoader's batch sampler: this process's positions, step after step, endless."""
 
     def __init__(
         self, *, batch_size: int, num_replicas: int = 1, rank: int = 0, start_step: int = 0
@@ -127,17 +127,13 @@ class StepPositions:
         return list(range(start, start + self.batch_size))
 
     def __iter__(self) -> Iterator[list[int]]:
-        step = self.start_step
-        while True:
-            yield self.positions(step)
-            step += 1
+        return map(self.positions, itertools.count(self.start_step))
 
 
 @dataclass(frozen=True, kw_only=True)
 class ReadFailure:
-    """A batch that could not be read, returned by a DataLoader worker in its place:
-    :class:`StreamLoader` raises it in the training process with its own type and message
-    (a worker's exception would come back wrapped in the worker's traceback)."""
+    """A batch that could not be read, returned by a DataLoader worker in its place and
+    raised by :class:`StreamLoader` as it was (not wrapped in the worker's traceback)."""
 
     error: type[ValueError]
     message: str
@@ -165,9 +161,8 @@ class ExampleStream(PositionStream):
 
 
 class OwnStream(ABC):
-    """A dataset that reads its stream positions itself (a sharded set: its own order, each
-    example's augmentation seeded by its position, bad examples replaced) instead of
-    through :class:`ExampleStream`."""
+    """A dataset that reads its stream positions itself (a sharded set: its own order, seeded
+    augmentation, bad examples replaced), not through :class:`ExampleStream`."""
 
     @abstractmethod
     def stream(self, *, seed: int) -> PositionStream: ...

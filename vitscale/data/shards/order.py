@@ -66,8 +66,3 @@ class WindowedOrder(StreamOrder):
         return WindowedEpoch(
             takes=self.takes, first=self.first, seed=self.seed, epoch=epoch, window=self.window
         )
-
-    def window_of(self, positions: np.ndarray) -> np.ndarray:
-        """``(epoch, window)`` of each position, as one int per position (for tests)."""
-        k = len(self.takes)
-        return self.by_epoch(positions, lambda e, offsets: e * k + self.epoch(e).window(offsets))

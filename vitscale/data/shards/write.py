@@ -337,17 +337,14 @@ def shard_dataset(
     """
     from tqdm import tqdm
 
-    from ..synthetic.vocabulary import TASKS
-
     cap = _checked_cap(shard_size, workers, shorter_side, max_examples)
     dest = Path(dest).expanduser()
     kwargs = dict(root=root, download=download, image_size=image_size, shorter_side=shorter_side)
     splits = {s: _open_split(src, s, **kwargs) for s in ("train", "test")}
     sizes = _sizes(src, splits, cap)
-    synthetic = parse_name(src)[0] in TASKS
     settings = {
         "shard_size": shard_size,
-        "image_size": image_size if synthetic else None,
+        "image_size": None if splits["train"].crop else image_size,  # rendered (synthetic)
         "shorter_side": shorter_side,
         "order_seed": SHARD_ORDER_SEED,
     }
