@@ -6,7 +6,7 @@ Measured on this machine, same threads for both:
 
 - generation, images/s, at 32, 64, 128 and 224 px: ``render`` on a batch of random
   indices of the upstream train split, by the torch reference path and by the fused C++
-  kernel (:mod:`vitscale.data._fused`, the default), and through ``build_loader``
+  kernel (:mod:`vitscale.data.synthetic._fused`, the default), and through ``build_loader``
   (``num_workers=0``: rendering in the training process, the demo default);
 - consumption, images/s: one training step (forward, cross-entropy, backward, AdamW) of
   each demo model at 32 px, batch 128, on the CPU.
@@ -37,8 +37,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vitscale.data import build_dataset, build_loader  # noqa: E402
-from vitscale.data.synthetic import render  # noqa: E402
-from vitscale.data.vocabulary import TASKS, UPSTREAM  # noqa: E402
+from vitscale.data.synthetic.render import render  # noqa: E402
+from vitscale.data.synthetic.vocabulary import TASKS, UPSTREAM  # noqa: E402
 from vitscale.models import create_model  # noqa: E402
 
 REQUIRED_RATIO = 10.0

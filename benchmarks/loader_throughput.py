@@ -62,9 +62,9 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vitscale.data import build_dataset, build_loader  # noqa: E402
-from vitscale.data import shardset as shardset_module  # noqa: E402
-from vitscale.data.shardread import decode_pil, decode_torchvision  # noqa: E402
-from vitscale.data.shardwrite import shard_dataset  # noqa: E402
+from vitscale.data.shards import dataset as shard_dataset_module  # noqa: E402
+from vitscale.data.shards.read import decode_pil, decode_torchvision  # noqa: E402
+from vitscale.data.shards.write import shard_dataset  # noqa: E402
 from vitscale.data.transforms import train_transform  # noqa: E402
 
 SIZE = 224
@@ -151,11 +151,11 @@ def cpu_paths(tree: Path, shards: Path, files: list[Path]) -> dict:
 
     def shards_with(decoder):
         def load(i: int):
-            shardset_module.decode = decoder
+            shard_dataset_module.decode = decoder
             try:
                 return sharded.load(int(order[i]), seed=i)
             finally:
-                shardset_module.decode = decode_torchvision
+                shard_dataset_module.decode = decode_torchvision
 
         return load
 
@@ -183,7 +183,7 @@ def loader_rate(shards: Path, workers: int, *, batches: int) -> tuple[float, flo
     loader = build_loader(ds, batch_size=64, seed=0, num_workers=workers)
     batches_ = iter(loader)
     next(batches_)  # workers started
-    frame = batches_.gi_frame  # ShardLoader's generator: its DataLoader iterator
+    frame = batches_.gi_frame  # StreamLoader's generator: its DataLoader iterator
     pids = [os.getpid(), *(w.pid for w in frame.f_locals["batches"]._workers)]
     started, cpu = time.perf_counter(), _cpu_seconds(pids)
     for _ in range(batches):

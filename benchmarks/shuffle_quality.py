@@ -1,6 +1,6 @@
 """Is the sharded stream shuffled well enough to train on? Label autocorrelation, measured.
 
-The sharded stream (:mod:`vitscale.data.shardset`) shuffles within windows of
+The sharded stream (:mod:`vitscale.data.shards.order`) shuffles within windows of
 ``data.shuffle_shards`` shards (whole shards in a seeded order per epoch, their examples
 permuted together). How well that mixes depends on how the shards were written:
 
@@ -35,8 +35,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vitscale.data.loader import StepBatchSampler  # noqa: E402
-from vitscale.data.shardset import EpochOrder  # noqa: E402
+from vitscale.data.shards.order import WindowedOrder  # noqa: E402
+from vitscale.data.stream import ShuffledOrder  # noqa: E402
 
 LAGS = (1, 16, 256)
 
@@ -82,7 +82,7 @@ def main() -> None:
     expected = iid_classes_per_batch(args.classes, args.batch)
     for layout, label_of in layouts.items():
         for window in args.windows:
-            stream = label_of[EpochOrder(takes, seed=0, window=window)(positions)]
+            stream = label_of[WindowedOrder(takes=takes, seed=0, window=window)(positions)]
             rows.append(
                 {
                     "layout": layout,
@@ -92,11 +92,9 @@ def main() -> None:
                 }
             )
     # the map-style stream (a fresh global permutation per epoch), for reference
-    sampler = StepBatchSampler(n, batch_size=args.batch, seed=0)
     steps = len(positions) // args.batch
-    stream = layouts["class-sorted shards"][
-        np.concatenate([sampler.indices(s) for s in range(steps)])
-    ]
+    order = ShuffledOrder(num_examples=n, seed=0)
+    stream = layouts["class-sorted shards"][order(np.arange(steps * args.batch))]
     rows.append(
         {
             "layout": "map-style (global permutation)",

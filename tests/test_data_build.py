@@ -22,7 +22,7 @@ from vitscale.data import (
 )
 from vitscale.data.registry import describe_datasets
 
-from .test_data_sources import SIZE, write_cifar10, write_image_tree
+from .helpers.datasets import SIZE, write_cifar10, write_image_tree
 
 
 def test_public_signatures():

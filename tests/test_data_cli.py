@@ -10,9 +10,9 @@ from PIL import Image
 from vitscale.cli import main
 from vitscale.data.preview import pick_examples, sample_grid
 from vitscale.data.registry import dataset_names
-from vitscale.data.synthetic import SyntheticImages
+from vitscale.data.synthetic.render import SyntheticImages
 
-from .test_data_sources import write_image_tree
+from .helpers.datasets import write_image_tree
 
 
 def test_data_list(capsys):

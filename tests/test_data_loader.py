@@ -1,4 +1,5 @@
-"""The step sampler and loader: how every process's batches tile the global stream.
+"""The step positions, the map-style order and the loader: how every process's batches
+tile the global stream.
 
 Union over ranks of one step == the global batch, shards disjoint, one process with the
 whole batch sees the same examples as N processes, every epoch covers the dataset exactly
@@ -15,18 +16,23 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vitscale.data import Batch, StepBatchSampler, build_dataset, build_loader
+from vitscale.data import Batch, build_dataset, build_loader
+from vitscale.data.stream import ShuffledOrder, StepPositions
 
-from .test_data_sources import write_cifar10, write_multilabel
+from .helpers.datasets import write_cifar10, write_multilabel
 
 PROPS = settings(max_examples=50, deadline=None)
 
 
+def indices(n, *, batch_size, seed, num_replicas=1, rank=0, step):
+    """Dataset indices of process ``rank`` at ``step``: its positions in the map-style order."""
+    positions = StepPositions(batch_size=batch_size, num_replicas=num_replicas, rank=rank)
+    return ShuffledOrder(num_examples=n, seed=seed)(positions.positions(step)).tolist()
+
+
 def shards(n, batch, replicas, seed, step):
     return [
-        StepBatchSampler(n, batch_size=batch, seed=seed, num_replicas=replicas, rank=r).indices(
-            step
-        )
+        indices(n, batch_size=batch, seed=seed, num_replicas=replicas, rank=r, step=step)
         for r in range(replicas)
     ]
 
@@ -43,7 +49,7 @@ def test_ranks_tile_the_global_batch(n, batch, replicas, seed, step):
     parts = shards(n, batch, replicas, seed, step)
     assert all(len(p) == batch for p in parts)
     union = [i for p in parts for i in p]
-    whole = StepBatchSampler(n, batch_size=batch * replicas, seed=seed).indices(step)
+    whole = indices(n, batch_size=batch * replicas, seed=seed, step=step)
     assert union == whole  # 1 process with the global batch == N processes, step by step
     if batch * replicas <= n and (step * batch * replicas) % n + batch * replicas <= n:
         assert len(set(union)) == len(union)  # within one epoch: disjoint shards
@@ -58,13 +64,9 @@ def test_ranks_tile_the_global_batch(n, batch, replicas, seed, step):
     seed=st.integers(0, 2**40),
 )
 def test_every_epoch_covers_the_data_once_no_duplicates_no_gaps(n, batch, replicas, seed):
-    samplers = [
-        StepBatchSampler(n, batch_size=batch, seed=seed, num_replicas=replicas, rank=r)
-        for r in range(replicas)
-    ]
     global_batch = batch * replicas
     steps = -(-3 * n // global_batch)  # three epochs and a bit
-    stream = [i for s in range(steps) for sampler in samplers for i in sampler.indices(s)]
+    stream = [i for s in range(steps) for part in shards(n, batch, replicas, seed, s) for i in part]
     for epoch in range(3):
         chunk = stream[epoch * n : (epoch + 1) * n]
         assert sorted(chunk) == list(range(n)), epoch
@@ -81,24 +83,25 @@ def test_every_epoch_covers_the_data_once_no_duplicates_no_gaps(n, batch, replic
     start=st.integers(0, 200),
 )
 def test_resume_at_step_s_equals_continuing(n, batch, replicas, seed, start):
+    order = ShuffledOrder(num_examples=n, seed=seed)
     for rank in range(replicas):
-        kw = dict(batch_size=batch, seed=seed, num_replicas=replicas, rank=rank)
-        continuing = itertools.islice(iter(StepBatchSampler(n, **kw)), start, start + 5)
-        resumed = itertools.islice(iter(StepBatchSampler(n, start_step=start, **kw)), 5)
-        assert list(continuing) == list(resumed)
+        kw = dict(batch_size=batch, num_replicas=replicas, rank=rank)
+        continuing = itertools.islice(iter(StepPositions(**kw)), start, start + 5)
+        resumed = itertools.islice(iter(StepPositions(start_step=start, **kw)), 5)
+        assert [order(p).tolist() for p in continuing] == [order(p).tolist() for p in resumed]
 
 
 def test_seed_changes_the_order():
-    a = StepBatchSampler(1000, batch_size=100, seed=0).indices(0)
-    b = StepBatchSampler(1000, batch_size=100, seed=1).indices(0)
+    a = indices(1000, batch_size=100, seed=0, step=0)
+    b = indices(1000, batch_size=100, seed=1, step=0)
     assert len(set(a) & set(b)) < 40
 
 
 def test_sampler_rejects_nonsense():
     with pytest.raises(ValueError, match="empty"):
-        StepBatchSampler(0, batch_size=4, seed=0)
+        ShuffledOrder(num_examples=0, seed=0)
     with pytest.raises(ValueError, match="0 <= rank < num_replicas"):
-        StepBatchSampler(10, batch_size=4, seed=0, num_replicas=2, rank=2)
+        StepPositions(batch_size=4, num_replicas=2, rank=2)
 
 
 def test_loader_over_a_synthetic_subset_shards_and_resumes():
@@ -117,8 +120,7 @@ def test_loader_over_a_synthetic_subset_shards_and_resumes():
     again = next(resumed)
     assert torch.equal(again.images, batches[2].images)
     # the examples are the subset's: subset position -> base index -> label
-    sampler = StepBatchSampler(len(ds), batch_size=24, seed=3)
-    expected = ds.targets_of(np.asarray(sampler.indices(0)))
+    expected = ds.targets_of(np.asarray(indices(len(ds), batch_size=24, seed=3, step=0)))
     assert batches[0].targets.tolist() == expected.tolist()
 
 
@@ -139,7 +141,7 @@ def test_loader_over_real_sources_collates_examples(tmp_path):
     batch = next(iter(build_loader(train, batch_size=8, seed=0)))
     assert isinstance(batch, Batch) and batch.images.shape == (8, 3, 24, 24)
     assert batch.targets.dtype == torch.int64
-    expected = train.targets_of(np.asarray(StepBatchSampler(20, batch_size=8, seed=0).indices(0)))
+    expected = train.targets_of(np.asarray(indices(20, batch_size=8, seed=0, step=0)))
     assert batch.targets.tolist() == expected.tolist()
     root = write_multilabel(tmp_path / "ml")
     ml = build_dataset(f"multilabel:{root}", "train", image_size=24, subset=6, seed=1)

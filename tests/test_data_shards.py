@@ -1,8 +1,8 @@
-"""Sharded sets on real tar files written here: conversion, indexing, subsets, the stream,
+"""Sharded sets on real tar files: conversion, indexing, subsets, the stream,
 and every bad input of issue 15.
 
-Shards are written two ways: by ``vitscale data shard`` from the real on-disk formats of
-tests/test_data_sources.py (an ImageFolder tree, a multi-label tree, CIFAR's pickled
+Shards are written two ways (:mod:`tests.helpers.datasets`): by ``vitscale data shard``
+from the real on-disk formats (an ImageFolder tree, a multi-label tree, CIFAR's pickled
 batches, the synthetic set), and directly with WebDataset's ``TarWriter`` (as img2dataset
 or a user's own script would) and then indexed by ``vitscale data index``. Images are
 JPEGs of one flat colour per example (``colour(i)``), so a decoded example names the
@@ -22,7 +22,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
-from webdataset import TarWriter
 
 from vitscale.cli import main
 from vitscale.data import (
@@ -32,61 +31,22 @@ from vitscale.data import (
     build_dataset,
     build_loader,
 )
-from vitscale.data.shardindex import Shard, ShardIndex, select, write_index
-from vitscale.data.shardset import EpochOrder
-from vitscale.data.shardwrite import index_shards, shard_dataset
+from vitscale.data.shards.index import Shard, ShardIndex, select
+from vitscale.data.shards.order import WindowedOrder
+from vitscale.data.shards.write import index_shards, shard_dataset
 
-from .test_data_sources import colour, write_cifar10, write_image_tree, write_multilabel
+from .helpers.datasets import (
+    bad_set,
+    jpeg_bytes,
+    sample,
+    write_cifar10,
+    write_image_tree,
+    write_jpeg_shards,
+    write_multilabel,
+    write_tar,
+)
 
 PROPS = settings(max_examples=40, deadline=None)
-
-
-# ----------------------------------------------------------------------------- writers
-
-
-def jpeg_bytes(i: int, size: tuple[int, int] = (20, 16)) -> bytes:
-    """A JPEG of example ``i``: its flat colour plus a gradient (crops and flips show)."""
-    x = np.linspace(0, 60, size[0], dtype=np.float32)[None, :, None]
-    pixels = np.clip(np.asarray(colour(i), np.float32)[None, None] * 0.7 + x, 0, 255)
-    pixels = np.broadcast_to(pixels, (size[1], size[0], 3)).astype(np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, format="JPEG", quality=95)
-    return out.getvalue()
-
-
-def write_tar(path: Path, samples: list[dict]) -> None:
-    """One WebDataset shard, written by WebDataset's own writer."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with TarWriter(str(path), encoder=False) as w:
-        for s in samples:
-            w.write(s)
-
-
-def sample(i: int, label: int | str | list | None = "auto", classes: int = 4) -> dict:
-    out = {"__key__": f"img{i:05d}", "jpg": jpeg_bytes(i)}
-    if label == "auto":
-        label = i % classes
-    if isinstance(label, list):
-        out["json"] = json.dumps({"labels": label}).encode()
-    elif label is not None:
-        out["cls"] = str(label).encode()
-    return out
-
-
-def write_jpeg_shards(
-    root: Path, *, shards: int = 4, per_shard: int = 6, test: int = 1, classes: int = 4
-) -> Path:
-    """``train-*.tar`` and ``test-*.tar`` of JPEGs, indexed by ``vitscale data index``."""
-    i = 0
-    for split, count in (("train", shards), ("test", test)):
-        for s in range(count):
-            write_tar(
-                root / f"{split}-{s:06d}.tar",
-                [sample(i + k, classes=classes) for k in range(per_shard)],
-            )
-            i += per_shard
-    index_shards(root, progress=False)
-    return root
 
 
 def key_of(ds, i: int) -> str:
@@ -129,7 +89,7 @@ def test_shard_an_imagefolder_copies_jpegs_in_a_random_order(tmp_path):
         f"imagefolder:{tree}", tmp_path / "small", shard_size=40, shorter_side=8, progress=False
     )
     small = build_dataset(f"shards:{tmp_path / 'small'}", "train", image_size=16)
-    from vitscale.data.shardread import decode
+    from vitscale.data.shards.read import decode
 
     path, inner = small.where(0)
     raw = small._reader.sample(path, 30, inner)
@@ -138,7 +98,7 @@ def test_shard_an_imagefolder_copies_jpegs_in_a_random_order(tmp_path):
 
 def test_shard_cifar_is_lossless_and_multilabel_keeps_every_label(tmp_path):
     root = write_cifar10(tmp_path / "cifar")
-    from vitscale.data.shardread import decode
+    from vitscale.data.shards.read import decode
 
     shard_dataset("cifar10", tmp_path / "c", shard_size=7, root=str(root), progress=False)
     shards = build_dataset(f"shards:{tmp_path / 'c'}", "test", image_size=32)
@@ -179,12 +139,12 @@ def test_shard_the_synthetic_set_framed_and_quantised(tmp_path):
 
 
 def test_interrupted_conversion_resumes_to_the_same_bytes(tmp_path, monkeypatch, capsys):
-    from vitscale.data import shardwrite
+    from vitscale.data.shards import write as shard_write
 
     tree = write_image_tree(tmp_path / "tree", ["a", "b"], {"train": 20, "test": 4})
     args = ["data", "shard", f"imagefolder:{tree}", "--shard-size", "3"]
     assert main([*args, str(tmp_path / "whole"), "--workers", "2"]) == 0  # in parallel
-    real, written = shardwrite._write_shard, []
+    real, written = shard_write._write_shard, []
 
     def interrupt_at_the_fourth(job):
         if len(written) == 3:
@@ -192,13 +152,13 @@ def test_interrupted_conversion_resumes_to_the_same_bytes(tmp_path, monkeypatch,
         written.append(job)
         return real(job)
 
-    monkeypatch.setattr(shardwrite, "_write_shard", interrupt_at_the_fourth)
+    monkeypatch.setattr(shard_write, "_write_shard", interrupt_at_the_fourth)
     part = tmp_path / "part"
     assert main([*args, str(part)]) == 130
     assert "run the same command again to resume" in capsys.readouterr().err
     assert len(list(part.glob("*.tar"))) == 3 and not (part / "index.json").exists()
     (part / ".train-000004.tar.tmp-1").write_bytes(b"a killed run's half shard")
-    monkeypatch.setattr(shardwrite, "_write_shard", real)
+    monkeypatch.setattr(shard_write, "_write_shard", real)
     assert main([*args, str(part)]) == 0
     whole = sorted(p.name for p in (tmp_path / "whole").iterdir())
     assert sorted(p.name for p in part.iterdir()) == whole  # the stale temporary is gone
@@ -216,10 +176,10 @@ def test_interrupted_conversion_resumes_to_the_same_bytes(tmp_path, monkeypatch,
 def test_a_full_disk_keeps_finished_shards_and_says_how_to_resume(tmp_path, monkeypatch, capsys):
     import errno
 
-    from vitscale.data import shardwrite
+    from vitscale.data.shards import write as shard_write
 
     tree = write_image_tree(tmp_path / "tree", ["a", "b"], {"train": 9, "test": 2})
-    real, calls = shardwrite._write_shard, []
+    real, calls = shard_write._write_shard, []
 
     def no_space(self, obj):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -232,7 +192,7 @@ def test_a_full_disk_keeps_finished_shards_and_says_how_to_resume(tmp_path, monk
             monkeypatch.setattr(webdataset.TarWriter, "write", no_space)
         return real(job)
 
-    monkeypatch.setattr(shardwrite, "_write_shard", disk_full_on_the_second)
+    monkeypatch.setattr(shard_write, "_write_shard", disk_full_on_the_second)
     dest = tmp_path / "d"
     args = ["data", "shard", f"imagefolder:{tree}", str(dest), "--shard-size", "4"]
     assert main(args) == 2
@@ -399,13 +359,15 @@ def test_the_record_names_the_exact_examples():
     epoch=st.integers(0, 5),
 )
 def test_every_epoch_is_a_permutation_read_window_by_window(takes, window, seed, epoch):
-    order = EpochOrder(np.asarray(takes), seed=seed, window=window)
+    order = WindowedOrder(takes=np.asarray(takes), seed=seed, window=window)
     n = sum(takes)
     positions = np.arange(epoch * n, (epoch + 1) * n)
     examples = order(positions)
     assert sorted(examples.tolist()) == list(range(n))  # no duplicates, no gaps
     piece_of = np.repeat(np.arange(len(takes)), takes)
-    windows = order.window_of(positions)
+    windows = order.by_epoch(  # (epoch, window) of each position, as one int
+        positions, lambda e, offsets: e * len(takes) + order.epoch(e).window(offsets)
+    )
     # windows are consecutive runs of positions; each reads at most `window` shards
     assert (np.diff(windows) >= 0).all()
     for w in np.unique(windows):
@@ -426,12 +388,12 @@ def test_shuffle_label_autocorrelation():
     takes = np.full(classes, per_shard)
     stream = np.arange(0, 2 * classes * per_shard)
     for window in (1, 4, 16):
-        labels = EpochOrder(takes, seed=0, window=window)(stream) // per_shard
+        labels = WindowedOrder(takes=takes, seed=0, window=window)(stream) // per_shard
         chance = 1 / classes
         expected = (1 / window - chance) / (1 - chance)  # same class within a window
         assert autocorrelation(labels, 1) == pytest.approx(expected, abs=0.03)
     shuffled = np.random.default_rng(0).integers(0, classes, classes * per_shard)
-    labels = shuffled[EpochOrder(takes, seed=0, window=4)(stream)]
+    labels = shuffled[WindowedOrder(takes=takes, seed=0, window=4)(stream)]
     assert abs(autocorrelation(labels, 1)) < 0.01
 
 
@@ -458,7 +420,7 @@ def test_loader_ranks_workers_and_restarts_read_the_same_examples(tmp_path):
     plain = build_dataset(
         f"shards:{root}", "train", image_size=16, subset=31, seed=2, augment=False
     )
-    order = EpochOrder(plain.takes, seed=5, window=plain.window)
+    order = WindowedOrder(takes=plain.takes, seed=5, window=plain.window)
     first_epoch = order(np.arange(31))
     assert sorted(first_epoch.tolist()) == list(range(31))
     targets = torch.cat([b.targets for b in batches])[:31]
@@ -478,27 +440,6 @@ def test_eval_view_is_a_batch_of_the_selected_examples(tmp_path):
 # ----------------------------------------------------------------------------- bad input
 
 
-def _bad_set(root: Path, bad: dict) -> Path:
-    """Shards with one bad example (key img00099) at position 2 of shard 1, indexed as
-    if it were fine: what a shard damaged after indexing looks like."""
-    shards = []
-    for s in range(2):
-        samples = [sample(s * 4 + k) for k in range(4)]
-        if s == 1:
-            samples[2] = {"__key__": "img00099", **bad}
-        write_tar(root / f"train-{s:06d}.tar", samples)
-        shards.append(Shard(f"train-{s:06d}.tar", 4, (root / f"train-{s:06d}.tar").stat().st_size))
-    write_index(
-        root,
-        classes=["a", "b", "c", "d"],
-        splits={"train": shards},
-        multilabel=False,
-        crop=True,
-        source="test",
-    )
-    return root
-
-
 @pytest.mark.parametrize(
     "bad, reason",
     [
@@ -516,7 +457,7 @@ def _bad_set(root: Path, bad: dict) -> Path:
     ],
 )
 def test_a_bad_example_names_shard_and_key(tmp_path, bad, reason):
-    root = _bad_set(tmp_path / "sh", bad)
+    root = bad_set(tmp_path / "sh", bad)
     ds = build_dataset(f"shards:{root}", "train", image_size=16)
     ds[0]  # a good one
     with pytest.raises(DatasetFormatError) as e:
@@ -531,7 +472,7 @@ def test_a_bad_example_names_shard_and_key(tmp_path, bad, reason):
 
 
 def test_skipped_examples_are_replaced_and_reported(tmp_path):
-    root = _bad_set(tmp_path / "sh", {"jpg": b"broken", "cls": b"1"})
+    root = bad_set(tmp_path / "sh", {"jpg": b"broken", "cls": b"1"})
     ds = build_dataset(f"shards:{root}", "train", image_size=16, skip_bad_samples=1)
     batch = next(iter(build_loader(ds, batch_size=8, seed=0)))
     assert batch.images.shape == (8, 3, 16, 16)  # never a shorter batch
@@ -603,7 +544,7 @@ def test_torchvision_and_pil_decode_the_same_pixels():
     torchvision no longer decodes images: both are libjpeg-turbo, the pixels must agree."""
     from matplotlib.cbook import get_sample_data
 
-    from vitscale.data.shardread import decode_pil, decode_torchvision
+    from vitscale.data.shards.read import decode_pil, decode_torchvision
 
     photo = Image.open(get_sample_data("grace_hopper.jpg", asfileobj=False))  # a real photo
     for i, (quality, subsampling) in enumerate([(95, 0), (90, 2), (75, 1)]):

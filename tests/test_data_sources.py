@@ -1,4 +1,5 @@
-"""Every real loader on small files written here in the real on-disk formats.
+"""Every real loader on small files in the real on-disk formats (written by
+:mod:`tests.helpers.datasets`).
 
 CIFAR-10/100 as python pickled batches, Oxford-IIIT Pets as JPEGs plus
 ``annotations/{trainval,test}.txt``, Flowers-102 as JPEGs plus ``imagelabels.mat`` and
@@ -12,9 +13,7 @@ asked.
 
 from __future__ import annotations
 
-import pickle
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,195 +26,20 @@ from vitscale.data import DatasetFormatError, DatasetNotFoundError, build_datase
 from vitscale.data.registry import SOURCES
 from vitscale.data.transforms import EVAL_RESIZE_RATIO, eval_transform, train_transform
 
-SIZE = 32  # output resolution in these tests
-
-# ----------------------------------------------------------------------------- writers
-
-
-def colour(i: int) -> tuple[int, int, int]:
-    """A flat colour per example index, far enough apart to survive JPEG."""
-    return (16 + 37 * i % 224, 16 + 53 * i % 224, 16 + 71 * i % 224)
-
-
-def expected_pixels(i: int) -> torch.Tensor:
-    return torch.tensor(colour(i), dtype=torch.float32) / 127.5 - 1.0
-
-
-def write_jpeg(path: Path, i: int, size: tuple[int, int] = (12, 10)) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new("RGB", size, colour(i)).save(path, format="JPEG", quality=95)
-
-
-def _cifar_rows(indices: list[int]) -> np.ndarray:
-    """(N, 3072) uint8 rows, channel-major like the real batches."""
-    rows = np.empty((len(indices), 3, 32, 32), dtype=np.uint8)
-    for r, i in enumerate(indices):
-        rows[r] = np.asarray(colour(i), dtype=np.uint8)[:, None, None]
-    return rows.reshape(len(indices), 3072)
-
-
-def _dump(path: Path, obj: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        pickle.dump(obj, f, protocol=2)  # the real files come from Python 2's cPickle
-
-
-def write_cifar10(root: Path, per_batch: int = 4, test: int = 10) -> Path:
-    """cifar-10-batches-py/ with data_batch_1..5, test_batch, batches.meta.
-    Train example ``i`` has label ``i % 10``; test example ``j`` label ``j % 10``."""
-    base = root / "cifar-10-batches-py"
-    for b in range(5):
-        idx = list(range(b * per_batch, (b + 1) * per_batch))
-        _dump(
-            base / f"data_batch_{b + 1}",
-            {
-                "batch_label": f"training batch {b + 1} of 5",
-                "labels": [i % 10 for i in idx],
-                "data": _cifar_rows(idx),
-                "filenames": [f"img_{i}.png" for i in idx],
-            },
-        )
-    idx = list(range(test))
-    _dump(
-        base / "test_batch",
-        {
-            "batch_label": "testing batch 1 of 1",
-            "labels": [i % 10 for i in idx],
-            "data": _cifar_rows([1000 + i for i in idx]),
-            "filenames": [f"test_{i}.png" for i in idx],
-        },
-    )
-    names = ["airplane", "automobile", "bird", "cat", "deer"]
-    names += ["dog", "frog", "horse", "ship", "truck"]
-    _dump(
-        base / "batches.meta",
-        {"num_cases_per_batch": per_batch, "label_names": names, "num_vis": 3072},
-    )
-    return root
-
-
-def write_cifar100(root: Path, train: int = 200, test: int = 100) -> Path:
-    """cifar-100-python/ with train, test, meta (fine and coarse labels)."""
-    base = root / "cifar-100-python"
-    for split, n, offset in (("train", train, 0), ("test", test, 1000)):
-        idx = list(range(n))
-        _dump(
-            base / split,
-            {
-                "filenames": [f"{split}_{i}.png" for i in idx],
-                "batch_label": f"{split} batch",
-                "fine_labels": [i % 100 for i in idx],
-                "coarse_labels": [i % 20 for i in idx],
-                "data": _cifar_rows([offset + i for i in idx]),
-            },
-        )
-    _dump(
-        base / "meta",
-        {
-            "fine_label_names": [f"fine_{c}" for c in range(100)],
-            "coarse_label_names": [f"coarse_{c}" for c in range(20)],
-        },
-    )
-    return root
-
-
-# The 37 breeds of Oxford-IIIT Pets in class-id order: cats capitalised, dogs lower case.
-PET_BREEDS = [
-    "Abyssinian",
-    "american_bulldog",
-    "american_pit_bull_terrier",
-    "basset_hound",
-    "beagle",
-    "Bengal",
-    "Birman",
-    "Bombay",
-    "boxer",
-    "British_Shorthair",
-    "chihuahua",
-    "Egyptian_Mau",
-    "english_cocker_spaniel",
-    "english_setter",
-    "german_shorthaired",
-    "great_pyrenees",
-    "havanese",
-    "japanese_chin",
-    "keeshond",
-    "leonberger",
-    "Maine_Coon",
-    "miniature_pinscher",
-    "newfoundland",
-    "Persian",
-    "pomeranian",
-    "pug",
-    "Ragdoll",
-    "Russian_Blue",
-    "saint_bernard",
-    "samoyed",
-    "scottish_terrier",
-    "shiba_inu",
-    "Siamese",
-    "Sphynx",
-    "staffordshire_bull_terrier",
-    "wheaten_terrier",
-    "yorkshire_terrier",
-]
-
-
-def write_pets(root: Path, trainval: int = 2, test: int = 1) -> Path:
-    """oxford-iiit-pet/images/<Breed>_<n>.jpg and annotations/{trainval,test}.txt with
-    lines '<image id> <class id 1-37> <species 1=cat 2=dog> <breed id>'."""
-    base = root / "oxford-iiit-pet"
-    (base / "annotations").mkdir(parents=True, exist_ok=True)
-    counter = 0
-    for split, per_class in (("trainval", trainval), ("test", test)):
-        lines = []
-        for n in range(per_class):
-            for c, breed in enumerate(PET_BREEDS):
-                image_id = f"{breed}_{100 * (split == 'test') + n + 1}"
-                write_jpeg(base / "images" / f"{image_id}.jpg", counter)
-                species = 1 if breed[0].isupper() else 2
-                lines.append(f"{image_id} {c + 1} {species} {c // 2 + 1}")
-                counter += 1
-        (base / "annotations" / f"{split}.txt").write_text("\n".join(lines) + "\n")
-    return root
-
-
-FLOWER_CLASSES = (1, 2, 7, 50, 101, 102)  # 1-based, as in imagelabels.mat
-
-
-def write_flowers(root: Path, per_class: tuple[int, int, int] = (2, 1, 1)) -> Path:
-    """flowers-102/jpg/image_00001.jpg..., imagelabels.mat {'labels': 1-102 per image},
-    setid.mat {'trnid', 'valid', 'tstid': 1-based image ids}. No 102flowers.tgz: a copy
-    extracted by hand must load as well as torchvision's own download."""
-    base = root / "flowers-102"
-    labels, split_ids = [], {"trnid": [], "valid": [], "tstid": []}
-    image_id = 0
-    for key, n in zip(split_ids, per_class, strict=True):
-        for _ in range(n):
-            for c in FLOWER_CLASSES:
-                image_id += 1
-                labels.append(c)
-                split_ids[key].append(image_id)
-                write_jpeg(base / "jpg" / f"image_{image_id:05d}.jpg", image_id)
-    scipy.io.savemat(base / "imagelabels.mat", {"labels": np.asarray([labels], dtype=np.uint8)})
-    scipy.io.savemat(
-        base / "setid.mat", {k: np.asarray([v], dtype=np.uint16) for k, v in split_ids.items()}
-    )
-    return root
-
-
-def write_image_tree(
-    root: Path, classes: list[str], counts: dict[str, int], *, ext: str = "jpg"
-) -> Path:
-    """``root/<split>/<class>/<i>.<ext>`` for every split in ``counts``; image ``i`` of
-    split s is the flat colour of index ``i`` (offset per split)."""
-    offset = 0
-    for split, n in counts.items():
-        for i in range(n):
-            write_jpeg(root / split / classes[i % len(classes)] / f"{i:04d}.{ext}", offset + i)
-        offset += 500
-    return root
-
+from .helpers.datasets import (
+    FLOWER_CLASSES,
+    SIZE,
+    cifar_rows,
+    dump_pickle,
+    expected_pixels,
+    write_cifar10,
+    write_cifar100,
+    write_flowers,
+    write_image_tree,
+    write_jpeg,
+    write_multilabel,
+    write_pets,
+)
 
 WNIDS = ["n01440764", "n01443537", "n01484850"]
 
@@ -311,21 +135,21 @@ def test_cifar_missing_and_malformed(tmp_path, pristine_downloads):
     )
 
     root = write_cifar100(tmp_path / "c", train=20, test=10)
-    _dump(root / "cifar-100-python" / "train", {"data": _cifar_rows(list(range(20)))})
+    dump_pickle(root / "cifar-100-python" / "train", {"data": cifar_rows(list(range(20)))})
     with pytest.raises(DatasetFormatError, match="cifar-100-python/train: .*fine_labels"):
         build_dataset("cifar100", "train", root=root, image_size=SIZE)
 
     root = write_cifar10(tmp_path / "d")
     batch = root / "cifar-10-batches-py" / "data_batch_2"
-    _dump(batch, {"labels": [3, 12, 0, 1], "data": _cifar_rows([0, 1, 2, 3])})
+    dump_pickle(batch, {"labels": [3, 12, 0, 1], "data": cifar_rows([0, 1, 2, 3])})
     with pytest.raises(DatasetFormatError, match="label 12 is outside 0..9"):
         build_dataset("cifar10", "train", root=root, image_size=SIZE)
-    _dump(batch, {"labels": [3, 1], "data": _cifar_rows([0, 1, 2, 3])})
+    dump_pickle(batch, {"labels": [3, 1], "data": cifar_rows([0, 1, 2, 3])})
     with pytest.raises(DatasetFormatError, match="20 images but 18 labels"):
         build_dataset("cifar10", "train", root=root, image_size=SIZE)
 
     root = write_cifar10(tmp_path / "e")
-    _dump(root / "cifar-10-batches-py" / "batches.meta", {"label_names": ["cat", "dog"]})
+    dump_pickle(root / "cifar-10-batches-py" / "batches.meta", {"label_names": ["cat", "dog"]})
     with pytest.raises(DatasetFormatError, match="2 class names under 'label_names', expected 10"):
         build_dataset("cifar10", "train", root=root, image_size=SIZE)
     assert pristine_downloads == []
@@ -500,19 +324,6 @@ def test_imagefolder_missing_and_broken(tmp_path):
     assert_names(str(e.value), str(bad), "cannot decode")
 
 
-def write_multilabel(root: Path) -> Path:
-    classes = ["cat", "dog", "grass", "sky"]
-    write_image_tree(root, classes, {"train": 8, "test": 4})
-    lines = [
-        "train/cat/0000.jpg\tgrass,sky",
-        "train/dog/0001.jpg\tgrass",
-        "",
-        "test/cat/0000.jpg\tsky , dog",
-    ]
-    (root / "labels.tsv").write_text("\n".join(lines) + "\n")
-    return root
-
-
 def test_multilabel_tree(tmp_path):
     root = write_multilabel(tmp_path / "ml")
     train = build_dataset(f"multilabel:{root}", "train", image_size=SIZE, augment=False)
@@ -568,7 +379,7 @@ def test_nothing_downloaded_unless_asked(tmp_path, pristine_downloads):
 
 def test_torchvision_classes_still_check_what_we_rely_on():
     """The MD5-free CIFAR subclasses keep torchvision's file lists."""
-    from vitscale.data.sources import _CIFAR
+    from vitscale.data.sources.load import _CIFAR
 
     assert [f for f, _ in _CIFAR["cifar10"].train_list] == [
         f for f, _ in datasets.CIFAR10.train_list

@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vitscale.data import Batch, build_dataset, build_fewshot, collate, dataset_names
-from vitscale.data.synthetic import SyntheticImages, render
-from vitscale.data.vocabulary import (
+from vitscale.data.synthetic.render import SyntheticImages, render
+from vitscale.data.synthetic.vocabulary import (
     GLYPH_GRID,
     MIN_GLYPH_DISTANCE,
     TASKS,
@@ -66,7 +66,7 @@ def test_same_pixels_in_another_process_with_other_threads():
     idx = [0, 7, 123_456_789, 999_999_999]
     code = (
         "import torch, hashlib, numpy as np; torch.set_num_threads({t});"
-        "from vitscale.data.synthetic import render; from vitscale.data.vocabulary import TASKS;"
+        "from vitscale.data.synthetic.render import render; from vitscale.data.synthetic.vocabulary import TASKS;"
         "b = render(TASKS['synthetic'], 'train', np.asarray({idx}), 48);"
         "print(' '.join(hashlib.sha256(x.numpy().tobytes()).hexdigest()[:16] for x in b.images))"
     )
@@ -186,7 +186,7 @@ def test_rendered_pixels_are_pinned(name):
 def _fused_kernel():
     """The fused renderer, which CI must be able to build (a C++ compiler is part of the
     reference machine); elsewhere its absence only skips these comparisons."""
-    from vitscale.data import _fused
+    from vitscale.data.synthetic import _fused
 
     kernel = _fused.kernel()
     if kernel is None:
@@ -215,7 +215,7 @@ def test_fused_renderer_draws_the_reference_pixels(task, split, indices, size):
 def test_fused_renderer_is_used_and_can_be_switched_off(monkeypatch):
     from types import SimpleNamespace
 
-    from vitscale.data import _fused
+    from vitscale.data.synthetic import _fused
 
     module = _fused_kernel()
     calls = []
@@ -237,7 +237,7 @@ def test_fused_renderer_is_used_and_can_be_switched_off(monkeypatch):
 def test_without_a_compiler_the_torch_path_renders_with_a_warning(monkeypatch):
     import torch.utils.cpp_extension as cpp
 
-    from vitscale.data import _fused
+    from vitscale.data.synthetic import _fused
 
     def no_compiler(**_):
         raise RuntimeError("Error building extension: g++: command not found")

@@ -107,7 +107,8 @@ def test_loader_workers_are_chosen_per_machine(monkeypatch):
 
 
 _FORK_READY = """
-from vitscale.data import _fused, build_dataset, build_loader
+from vitscale.data import build_dataset, build_loader
+from vitscale.data.synthetic import _fused
 ds = build_dataset("synthetic-glyphs", "train", image_size=32, subset=64)
 assert "module" not in _fused._state
 loader = build_loader(ds, batch_size=8, seed=0, num_workers=2)

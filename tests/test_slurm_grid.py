@@ -30,16 +30,8 @@ import torch
 from vitscale import record as rf
 from vitscale.cli import main
 from vitscale.grid.plan import JOB_FILE
-from vitscale.grid.profile import load_profile
-from vitscale.grid.slurm import (
-    ACTIVE_STATES,
-    Shape,
-    SlurmError,
-    distributed_env,
-    executor_parameters,
-    job_state,
-    shape_for,
-)
+from vitscale.grid.profile import Shape, SlurmError, load_profile, shape_for
+from vitscale.grid.slurm import ACTIVE_STATES, distributed_env, executor_parameters, job_state
 
 from .helpers.cluster import ensure_cluster
 

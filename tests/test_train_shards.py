@@ -23,8 +23,8 @@ from vitscale.data import build_dataset
 from vitscale.train import Preempted, checkpoint, train
 
 from .helpers.configs import tiny_config
+from .helpers.datasets import bad_set, jpeg_bytes, write_jpeg_shards
 from .helpers.runs import assert_same_run, rows_of, signal_at
-from .test_data_shards import _bad_set, jpeg_bytes, write_jpeg_shards
 
 
 def shard_config(root: Path, **sections) -> dict:
@@ -108,7 +108,7 @@ def test_two_gloo_processes_read_what_one_reads(shards, uninterrupted, tmp_path)
 
 
 def test_bad_examples_are_counted_limited_and_resumed(tmp_path):
-    root = _bad_set(tmp_path / "sh", {"jpg": jpeg_bytes(1)[:50], "cls": b"1"})
+    root = bad_set(tmp_path / "sh", {"jpg": jpeg_bytes(1)[:50], "cls": b"1"})
     run = tmp_path / "run"
     # every step is a whole epoch of the 8 examples, so every step replaces the bad one
     config = shard_config(root, data={"subset": None, "skip_bad_samples": 2})
@@ -128,7 +128,7 @@ def test_bad_examples_are_counted_limited_and_resumed(tmp_path):
 
 
 def test_cli_train_names_a_bad_example_in_one_line(tmp_path, capsys):
-    root = _bad_set(tmp_path / "sh", {"jpg": b"not an image", "cls": b"2"})
+    root = bad_set(tmp_path / "sh", {"jpg": b"not an image", "cls": b"2"})
     config = shard_config(root, data={"subset": None})
     config["train"] |= {"steps": 2, "checkpoint_every": 2}  # within the run: no note
     config["optim"]["warmup_steps"] = 1

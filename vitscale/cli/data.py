@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _data_shards(args: argparse.Namespace) -> int:
     from ..data import DatasetFormatError, DatasetNotFoundError
-    from ..data.shardwrite import ShardingError, index_shards, shard_dataset
+    from ..data.shards.write import ShardingError, index_shards, shard_dataset
 
     try:
         if args.data_command == "shard":
@@ -173,7 +173,7 @@ def _data_shards(args: argparse.Namespace) -> int:
 
 
 def _data_describe(args: argparse.Namespace) -> int:
-    from ..data.shardindex import describe, format_description
+    from ..data.shards.index import describe, format_description
 
     try:
         row = describe(args.name, subset=args.subset, seed=args.seed, shards=args.shards)

@@ -7,7 +7,8 @@
 - :func:`subset_indices`: the indices a subset spec (``30000``, ``0.1``, ``"9M"``)
   selects, prefixes of one seeded permutation so smaller subsets nest in larger ones;
 - :func:`fewshot_indices`, :func:`finetune_splits`: transfer samples and held-out slices;
-- :func:`build_loader`: the exact, resumable, sharded batch stream of pre-training;
+- :func:`build_loader`: the exact, resumable pre-training stream of :class:`Batch` es,
+  split across processes, for every source;
 - :func:`save_preview`: a PNG grid of samples with their class names.
 
 The registry (:mod:`vitscale.data.registry`) and subsets (:mod:`vitscale.data.subsets`)
@@ -29,8 +30,7 @@ _EXPORTS = {
     "known_size": "available",
     "check_available": "available",
     "all_targets": "build",
-    "build_loader": "loader",
-    "StepBatchSampler": "loader",
+    "build_loader": "stream",
     "dataset_names": "registry",
     "DatasetNotFoundError": "registry",
     "DatasetFormatError": "registry",

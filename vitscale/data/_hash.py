@@ -1,7 +1,7 @@
 """Counter-based random numbers: every draw is a pure function of (key, index, field).
 
 Subsets (:mod:`vitscale.data.subsets`) and the synthetic generator
-(:mod:`vitscale.data.synthetic`) need randomness that is identical on every process and
+(:mod:`vitscale.data.synthetic.render`) need randomness that is identical on every process and
 machine and that can be evaluated for any index without drawing the ones before it (a
 10^9-example set has no state to replay). SplitMix64's finaliser (Steele et al. 2014) on
 unsigned 64-bit integers gives that: plain integer arithmetic, so numpy on any platform

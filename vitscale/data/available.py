@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .registry import SOURCES, DatasetNotFoundError, default_root, parse_name
 from .subsets import SubsetSpec, subset_size
-from .vocabulary import TASKS
+from .synthetic.vocabulary import TASKS
 
 __all__ = ["known_size", "check_available"]
 
@@ -21,7 +21,7 @@ def known_size(name: str, *, root: str | Path | None = None) -> int | None:
     if source in TASKS:
         return TASKS[source].split_size("train")
     if source == "shards":
-        from .shardindex import load_index, parse_location, split_shards
+        from .shards.index import load_index, parse_location, split_shards
 
         try:
             folder, pattern = parse_location(name)
@@ -50,7 +50,7 @@ def check_available(
             path if path is not None else Path(root).expanduser() if root else default_root(source)
         )
         try:
-            from .sources import check_layout
+            from .sources.layout import check_layout
 
             check_layout(name, source, where)
         except DatasetNotFoundError as e:
@@ -70,7 +70,7 @@ _CHECKED: set[tuple[str, str]] = set()  # (name, index digest): shards stat-ed o
 def _check_shards(name: str, subset: SubsetSpec) -> list[str]:
     """:func:`check_available` for a sharded set: the index, the pattern, the subset, and
     every train and test shard there with its indexed size (one ``stat`` each, once)."""
-    from .shardindex import check_shards, load_index, parse_location, split_shards
+    from .shards.index import check_shards, load_index, parse_location, split_shards
 
     try:
         folder, pattern = parse_location(name)

@@ -1,26 +1,36 @@
-"""A pre-collated batch, and the collate function that lets it through.
-
-Sources that render whole batches (the synthetic set's ``__getitems__``) return a
-:class:`Batch`; torch's DataLoader hands whatever the dataset returned to ``collate_fn``,
-so :func:`collate` passes a ``Batch`` through untouched and stacks per-example tuples with
-torch's ``default_collate``. One function serves every source.
-"""
+"""The batch every vitscale loader yields, and how a dataset's examples become one: sources
+that render or read whole batches (the synthetic set's ``__getitems__``) return a
+:class:`Batch`, which :func:`collate` passes through; per-example tuples are stacked."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 from torch import Tensor
-from torch.utils.data import default_collate
+from torch.utils.data import Dataset, default_collate
 
-__all__ = ["Batch", "collate"]
+__all__ = ["Batch", "collate", "examples"]
 
 
-class Batch(NamedTuple):
-    """Images ``(B, 3, H, W)`` in [-1, 1]; targets ``(B,)`` int64 or ``(B, K)`` multi-hot float."""
+@dataclass(frozen=True, kw_only=True)
+class Batch:
+    """Images ``(B, 3, H, W)`` in [-1, 1]; targets ``(B,)`` int64 or ``(B, K)`` multi-hot
+    float; ``skipped``: the bad examples the stream replaced (``data.skip_bad_samples``,
+    sharded sets), empty for every other source. Unpacks as ``images, targets = batch``;
+    not a tuple, so torch's ``pin_memory`` calls :meth:`pin_memory`, which keeps ``skipped``.
+    """
 
     images: Tensor
     targets: Tensor
+    skipped: tuple[str, ...] = ()
+
+    def __iter__(self) -> Iterator[Tensor]:
+        yield self.images
+        yield self.targets
+
+    def pin_memory(self) -> Batch:
+        return replace(self, images=self.images.pin_memory(), targets=self.targets.pin_memory())
 
 
 def collate(samples: Batch | list[tuple[Tensor, Tensor]]) -> Batch:
@@ -28,4 +38,11 @@ def collate(samples: Batch | list[tuple[Tensor, Tensor]]) -> Batch:
     if isinstance(samples, Batch):
         return samples
     images, targets = default_collate(samples)
-    return Batch(images, targets)
+    return Batch(images=images, targets=targets)
+
+
+def examples(dataset: Dataset, indices: list[int]) -> Batch | list[tuple[Tensor, Tensor]]:
+    """``dataset``'s examples at ``indices`` as torch's DataLoader reads them: one call to
+    its ``__getitems__`` where it renders or reads whole batches, else one by one."""
+    getitems = getattr(dataset, "__getitems__", None)
+    return getitems(indices) if getitems else [dataset[i] for i in indices]

@@ -7,27 +7,14 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
-from .available import check_available, known_size
 from .indexed import IndexedDataset
 from .registry import SOURCES, SPLITS, default_root, parse_name
 from .subsets import SeededPermutation, SubsetSpec, fewshot_indices, holdout_split, subset_size
 from .subsets import balanced_order as _balanced_order
-from .synthetic import SyntheticImages
-from .vocabulary import TASKS
+from .synthetic.render import SyntheticImages
+from .synthetic.vocabulary import TASKS
 
-__all__ = [
-    "build_dataset",
-    "build_fewshot",
-    "finetune_splits",
-    "known_size",
-    "check_available",
-    "all_targets",
-]
-
-
-def _split(name: str, split: str) -> None:
-    if split not in SPLITS:
-        raise ValueError(f"{name}: unknown split {split!r}; valid: {', '.join(SPLITS)}")
+__all__ = ["build_dataset", "build_fewshot", "finetune_splits", "all_targets"]
 
 
 def _base(
@@ -42,10 +29,11 @@ def _base(
 ) -> Dataset:
     """The whole ``split``, before any subset. ``val_fraction`` overrides the source's
     held-out fraction (real sources; the synthetic tasks have a separate val stream)."""
-    _split(name, split)
+    if split not in SPLITS:
+        raise ValueError(f"{name}: unknown split {split!r}; valid: {', '.join(SPLITS)}")
     source, path = parse_name(name)
     if source == "shards":
-        from .shardset import load_shards
+        from .shards.dataset import load_shards
 
         return load_shards(name, split, image_size=image_size, augment=augment)
     if source in TASKS:
@@ -61,7 +49,7 @@ def _base(
     if augment is None:
         augment = split in ("train", "minitrain")
     # torchvision loads here, for real sources only: a synthetic run starts ~2 s sooner.
-    from .sources import load_source
+    from .sources.load import load_source
     from .transforms import eval_transform, train_transform
 
     transform = train_transform(image_size) if augment else eval_transform(image_size)
@@ -111,13 +99,13 @@ def build_dataset(
             resize + centre crop; default: on for train and minitrain of real sources.
         download: let torchvision fetch CIFAR, Pets or Flowers into ``root``.
         shuffle_shards, skip_bad_samples: sharded sources only
-            (:mod:`vitscale.data.shardset`): shards shuffled together in the pre-training
+            (:mod:`vitscale.data.shards.dataset`): shards shuffled together in the pre-training
             stream, and bad examples replaced instead of stopping the run. A sharded
             subset is whole shards in a seeded order plus a count
-            (:func:`vitscale.data.shardindex.select`), recorded in ``dataset.selection``.
+            (:func:`vitscale.data.shards.index.select`), recorded in ``dataset.selection``.
     """
     if parse_name(name)[0] == "shards":
-        from .shardset import load_shards
+        from .shards.dataset import load_shards
 
         return load_shards(
             name,

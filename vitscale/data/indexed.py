@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from torch.utils.data import Dataset
 
+from .batch import examples
 from .subsets import SeededPermutation
 
 __all__ = ["IndexedDataset"]
@@ -28,6 +29,7 @@ class IndexedDataset(Dataset):
         if not 0 <= self.length <= len(indices):
             raise ValueError(f"an index map of length {self.length} over {len(indices)} indices")
 
+    selection = None  # only a sharded set records which examples it selected
     # Metadata of the base dataset: one name, one class list, however it is sliced.
     name = property(lambda self: self.base.name)
     classes = property(lambda self: self.base.classes)
@@ -53,9 +55,7 @@ class IndexedDataset(Dataset):
         return self.base[int(self.base_indices([position])[0])]
 
     def __getitems__(self, positions: list[int]):
-        idx = self.base_indices(positions).tolist()
-        getitems = getattr(self.base, "__getitems__", None)
-        return getitems(idx) if getitems else [self.base[i] for i in idx]
+        return examples(self.base, self.base_indices(positions).tolist())
 
     def __repr__(self) -> str:
         return f"IndexedDataset({self.base!r}, n={self.length})"

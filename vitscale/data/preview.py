@@ -18,7 +18,7 @@ from PIL import Image, ImageDraw, ImageFont
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from .batch import Batch
+from .batch import collate, examples
 from .build import build_dataset
 
 __all__ = ["pick_examples", "sample_grid", "preview_image", "save_preview"]
@@ -55,20 +55,12 @@ def pick_examples(dataset: Dataset, *, rows: int, cols: int) -> tuple[list[int],
     return classes, [found[c] for c in classes]
 
 
-def _images(dataset: Dataset, indices: list[int]) -> Tensor:
-    getitems = getattr(dataset, "__getitems__", None)
-    out = getitems(indices) if getitems else [dataset[i] for i in indices]
-    if isinstance(out, Batch):
-        return out.images
-    return torch.stack([image for image, _ in out])
-
-
 def sample_grid(dataset: Dataset, *, rows: int, cols: int) -> tuple[list[str], list[Tensor]]:
     """Row captions (``"<class index>: <class name>"``) and per row the images
     ``(n, 3, H, W)`` in [-1, 1]."""
     classes, indices = pick_examples(dataset, rows=rows, cols=cols)
     flat = [i for row in indices for i in row]
-    images = _images(dataset, flat) if flat else torch.empty(0)
+    images = collate(examples(dataset, flat)).images if flat else torch.empty(0)
     names = dataset.classes
     captions, per_row, at = [], [], 0
     for c, row in zip(classes, indices, strict=True):

@@ -6,7 +6,7 @@ validation and error messages read the same numbers the loaders use.
 Names:
 
 - ``synthetic`` (upstream) and ``synthetic-<task>`` (transfer): the embedded procedural
-  family (:mod:`vitscale.data.vocabulary`); nothing on disk.
+  family (:mod:`vitscale.data.synthetic.vocabulary`); nothing on disk.
 - ``cifar10``, ``cifar100``, ``pets``, ``flowers102``: torchvision's loaders on their
   standard on-disk layouts under ``root``.
 - ``imagenet``: ILSVRC-2012 in folder layout, ``root/train/<wnid>/*.JPEG`` and
@@ -18,7 +18,7 @@ Names:
   further labels: the JFT / ImageNet-21k shape, multi-hot targets for the sigmoid loss.
 - ``shards:/path`` (or ``shards:/path/train-{000000..001023}.tar``): WebDataset tar
   shards with an ``index.json``, the format for pre-training at the paper's scale
-  (:mod:`vitscale.data.shardindex`); single- or multi-label.
+  (:mod:`vitscale.data.shards.index`); single- or multi-label.
 
 Splits, for every source:
 
@@ -36,7 +36,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .vocabulary import TASKS
+from .synthetic.vocabulary import TASKS
 
 __all__ = [
     "SPLITS",

@@ -14,7 +14,7 @@ daemonic children with SIGTERM and waits for them, which would wait forever on w
 that ignore it; they are killed at exit instead (they hold nothing to save; a process
 killed outright leaves workers that see their parent gone and exit by themselves).
 
-Workers render the synthetic set with the fused C++ kernel (:mod:`vitscale.data._fused`).
+Workers render the synthetic set with the fused C++ kernel (:mod:`vitscale.data.synthetic._fused`).
 It is built (or loaded from torch's cache) once in the parent before the workers fork
 (:func:`prepare_for_workers`), so they inherit it instead of each compiling or loading
 it again.
@@ -72,8 +72,8 @@ atexit.register(_kill_loader_workers)
 
 def prepare_for_workers(dataset: Dataset) -> None:
     """Build what workers would otherwise each build after forking (the fused renderer)."""
-    from . import _fused
-    from .synthetic import SyntheticImages
+    from .synthetic import _fused
+    from .synthetic.render import SyntheticImages
 
     base = dataset
     while hasattr(base, "base"):  # IndexedDataset over IndexedDataset over ... the source

@@ -50,7 +50,7 @@ class Placement:
 def num_classes(dataset: str) -> int:
     """Classes of ``dataset`` without reading it (:data:`ASSUMED_CLASSES` for folders)."""
     from ..data.registry import SOURCES, parse_name
-    from ..data.vocabulary import TASKS
+    from ..data.synthetic.vocabulary import TASKS
 
     source, _ = parse_name(dataset)
     if source in TASKS:

@@ -37,7 +37,6 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,7 @@ from ..record import LOG
 from .cellrun import EXIT_OK, EXIT_PREEMPTED, is_done
 from .local import cell_command
 from .plan import JOB_FILE, Planned, plan, prepare
-from .profile import Profile, parse_time
+from .profile import Profile, Shape, SlurmError, shape_for
 from .spec import Grid
 
 # SLURM job states in which a job may still run the cell (squeue/sacct spellings).
@@ -77,82 +76,13 @@ STOPPED_BY_SIGNAL = frozenset({EXIT_PREEMPTED, -signal.SIGTERM, -signal.SIGUSR1}
 # chain of time-limit slices; preemptions do not count. Generous: a cell that needs more
 # slices than this is better split (or given a longer time limit).
 MAX_TIMEOUT_REQUEUES = 100
-SIGNAL_RESOLUTION_S = 60  # `--signal=SIG@N` may come this much earlier than N (sbatch(1))
 SLURM_FOLDER = ".slurm"  # submitit's scripts and logs, beside the grid's run folders
 # How long one `squeue` snapshot answers job_state: one query for a whole `status` table or
 # submission plan instead of one per cell.
 SQUEUE_TTL_S = 5.0
 
 
-class SlurmError(ValueError):
-    """SLURM refused or cannot take a submission (a ValueError: the CLI prints the message)."""
-
-
 # --------------------------------------------------------------------------- shapes
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What one cell asks SLURM for; cells of one shape share a job array."""
-
-    nodes: int
-    tasks_per_node: int  # processes per node: one per GPU, or one for CPU-only cells
-    gpus_per_node: int
-    cpus_per_task: int
-    mem_mb: int | None  # per node; None: the cluster's default (DefMemPerCPU/GPU)
-    time_min: int
-
-    def describe(self) -> str:
-        gpus = f"{self.gpus_per_node} GPU(s)" if self.gpus_per_node else "no GPU"
-        mem = f", {self.mem_mb / 1024:g} GB" if self.mem_mb else ""
-        return (
-            f"{self.nodes} node(s) x {self.tasks_per_node} task(s), {gpus} and "
-            f"{self.cpus_per_task} CPU(s) per task{mem}, {self.time_min} min"
-        )
-
-
-def shape_for(resources: dict[str, Any], profile: Profile, *, where: str = "resources") -> Shape:
-    """The SLURM request for a cell's resources (``Grid.resources_for``) on ``profile``.
-
-    ``gpus`` is the cell's total over its nodes (default: every GPU of its nodes);
-    ``cpus_per_gpu`` is per process, which for CPU-only cells means per cell and node
-    (default: the node's CPUs shared among its GPUs; 1 for CPU-only cells, so that a
-    laptop-sized cluster runs several cells at once); ``mem_gb`` is per node.
-    """
-    nodes = int(resources.get("nodes", 1))
-    gpus = int(resources.get("gpus", profile.gpus_per_node * nodes))
-    if nodes < 1 or gpus < 0:
-        raise SlurmError(
-            f"{where}: nodes must be at least 1 and gpus at least 0, got {nodes} and {gpus}"
-        )
-    if gpus % nodes:
-        raise SlurmError(f"{where}: gpus={gpus} does not split evenly over nodes={nodes}")
-    gpus_per_node = gpus // nodes
-    if "cpus_per_gpu" in resources:
-        cpus = int(resources["cpus_per_gpu"])
-    elif gpus_per_node:
-        cpus = max(1, profile.cpus_per_node // max(1, profile.gpus_per_node))
-    else:
-        cpus = 1
-    time_min = parse_time(resources.get("time", profile.time_limit))
-    # SLURM sends --signal up to 60 s earlier than asked: a job shorter than that margin
-    # would be signalled as it starts, and requeue itself forever without training.
-    if time_min * 60 <= profile.signal_delay_s + SIGNAL_RESOLUTION_S:
-        raise SlurmError(
-            f"{where}: time={time_min} min is too short for profile {profile.name!r}: it signals "
-            f"{profile.signal_delay_s} s before the limit and SLURM may signal up to "
-            f"{SIGNAL_RESOLUTION_S} s earlier; ask for more than "
-            f"{-(-(profile.signal_delay_s + SIGNAL_RESOLUTION_S) // 60)} min"
-        )
-    mem_gb = resources.get("mem_gb")
-    return Shape(
-        nodes=nodes,
-        tasks_per_node=max(1, gpus_per_node),
-        gpus_per_node=gpus_per_node,
-        cpus_per_task=cpus,
-        mem_mb=None if mem_gb is None else int(float(mem_gb) * 1024),
-        time_min=time_min,
-    )
 
 
 def srun_args(shape: Shape) -> list[str]:

@@ -43,7 +43,7 @@ from typing import Any
 
 from ..config import Config, ConfigError, set_key, yaml_load
 from ..plan import Plan, plan
-from .profile import Profile
+from .profile import Profile, SlurmError, shape_for
 
 TOP_KEYS = ("name", "description", "base", "axes", "blocks", "retries", "resources")
 BLOCK_KEYS = ("name", "axes", "zip", "set")
@@ -208,8 +208,6 @@ def _planner(
     on a cluster profile, its resources (the profile's checks, reported with the rest)."""
 
     def launch(cfg: Config) -> int | None:  # on the cluster: the processes it asks for
-        from .slurm import SlurmError, shape_for
-
         try:
             shape = shape_for(_resources_for(resources, cfg.model.name), profile)
         except SlurmError:  # reported by the profile's checks

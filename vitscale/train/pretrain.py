@@ -132,9 +132,8 @@ def _next_batch(run: Run, between: _Between) -> tuple[torch.Tensor, torch.Tensor
     """This process's next batch on its device; bad examples the loader replaced are
     counted until the next sync step."""
     batch = next(run.batches)
-    skipped = getattr(batch, "skipped", ())  # sharded sets: bad examples replaced
-    between.skipped += len(skipped)
-    run.progress["skipped"] = (run.progress["skipped"] + list(skipped))[:100]
+    between.skipped += len(batch.skipped)
+    run.progress["skipped"] = (run.progress["skipped"] + list(batch.skipped))[:100]
     images, targets = batch
     images = images.to(run.device, non_blocking=True)
     targets = targets.to(run.device, non_blocking=True)

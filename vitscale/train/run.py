@@ -360,7 +360,7 @@ def _record_config(planned: Plan, run_dir: Path, train_set, accelerator) -> dict
     resolved["cell_id"] = planned.cell_id
     resolved["data"]["num_examples"] = len(train_set)
     resolved["data"]["num_classes"] = train_set.num_classes
-    if getattr(train_set, "selection", None):  # a sharded subset: exactly which examples
+    if train_set.selection:  # a sharded subset: exactly which examples
         resolved["data"]["selection"] = train_set.selection
     resolved["train"]["total_steps"] = planned.total_steps
     if accelerator.is_main_process:

@@ -1,18 +1,10 @@
-"""Real datasets through torchvision's own loaders, checked before they are read.
-
-Each loader turns one official split ("train" or "test") of a source in
-:data:`~vitscale.data.registry.SOURCES` into an :class:`ImageSource`: torchvision's
-dataset (or ImageFolder) with the paper transforms, plus the labels as one array so
-subsets and few-shot samples never decode an image. Before torchvision runs, the layout is
-checked, so a missing dataset is a :class:`DatasetNotFoundError` naming the path, what
-belongs there and how to get it; a file that is there but cannot be read (a broken pickle,
-MATLAB file or annotation line, labels out of range, an image listed but absent, an image
-that does not decode) is a :class:`DatasetFormatError` naming the file, what it should
-hold and how to get a good copy. Nothing is downloaded unless ``download=True``.
-
-Files are checked for presence, not checksums (torchvision's CIFAR and Flowers loaders
-compare MD5 sums of the extracted files, which rejects re-packed copies); a download still
-verifies the archive's checksum.
+"""Real datasets through torchvision's own loaders, checked (:mod:`.layout`) before they
+are read. Each loader turns one official split ("train" or "test") of a source into an
+:class:`ImageSource`: torchvision's dataset (or ImageFolder) with the paper transforms,
+plus the labels as one array so subsets and few-shot samples never decode an image. A
+file that is there but unreadable (a broken pickle, MATLAB file or annotation line, labels
+out of range, an image listed but absent or undecodable) is an error naming it. Nothing is
+downloaded unless ``download=True``.
 """
 
 from __future__ import annotations
@@ -29,9 +21,10 @@ from torch import Tensor
 from torch.utils.data import Dataset
 from torchvision import datasets
 
-from .registry import LABEL_FILE, SOURCES, DatasetFormatError, DatasetNotFoundError
+from ..registry import LABEL_FILE, SOURCES, DatasetFormatError
+from .layout import CIFAR_CLASSES, PETS_SPLIT, malformed, missing, require, required_paths
 
-__all__ = ["ImageSource", "load_source", "required_paths", "check_layout"]
+__all__ = ["ImageSource", "load_source"]
 
 Transform = Callable[[object], Tensor]
 
@@ -56,6 +49,8 @@ class ImageSource(Dataset):
     folder class plus its further labels from the label file. ``files[i]``, when the
     source reads one file per image, names it in the error if the image does not decode.
     """
+
+    selection = None  # only a sharded set records which examples it selected
 
     def __init__(
         self,
@@ -104,32 +99,11 @@ class ImageSource(Dataset):
         return f"ImageSource({self.name!r}, n={len(self)}, classes={self.num_classes})"
 
 
-def _how(name: str, *, broken: bool = False) -> str:
-    info = SOURCES[name.partition(":")[0]]
-    # A download skips files that are present, so a broken copy must go first.
-    get = "To get a good copy: remove the broken files, then " if broken else "To get it: "
-    return f"expected {info.expected}. {get}{info.how_to_get}."
-
-
-def _missing(name: str, root: Path, detail: str) -> DatasetNotFoundError:
-    return DatasetNotFoundError(f"{name}: {detail} under {root.absolute()}; {_how(name)}")
-
-
-def _malformed(name: str, where: Path | str, detail: str) -> DatasetFormatError:
-    return DatasetFormatError(f"{name}: {where}: {detail}; {_how(name, broken=True)}")
-
-
-def _require(name: str, root: Path, paths: list[str]) -> None:
-    absent = [p for p in paths if not (root / p).exists()]
-    if absent:
-        raise _missing(name, root, f"missing {', '.join(absent)}")
-
-
 def _require_files(name: str, folder: Path, files: Sequence[Path]) -> None:
     """Every image an annotation file lists must be there (one stat each, no decoding)."""
     absent = [f for f in files if not f.is_file()]
     if absent:
-        raise _missing(
+        raise missing(
             name,
             folder,
             f"{len(absent)} of the {len(files)} listed images are missing "
@@ -143,44 +117,12 @@ def _check_labels(name: str, where: Path, labels: np.ndarray, num_classes: int, 
     labels = np.asarray(labels)
     if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
         bad = labels[(labels < 0) | (labels >= num_classes)][0]
-        raise _malformed(
+        raise malformed(
             name,
             where,
             f"label {bad + base} is outside {base}..{num_classes - 1 + base} "
             f"({num_classes} classes)",
         )
-
-
-def required_paths(source: str, split: str) -> list[str]:
-    """Files and folders (relative to root) that the ``split`` of ``source`` reads.
-
-    CIFAR's torchvision class checks both splits' files whichever it reads, so both are
-    listed for either split.
-    """
-    if source in _CIFAR:
-        cls = _CIFAR[source]
-        files = [f for f, _ in cls.train_list + cls.test_list]
-        return [f"{cls.base_folder}/{f}" for f in [*files, cls.meta["filename"]]]
-    if source == "pets":
-        return ["oxford-iiit-pet/images", f"oxford-iiit-pet/annotations/{_PETS_SPLIT[split]}.txt"]
-    if source == "flowers102":
-        return ["flowers-102/jpg", "flowers-102/imagelabels.mat", "flowers-102/setid.mat"]
-    if source == "imagenet":
-        return ["train", "val"]
-    return ["train"] + ([LABEL_FILE] if source == "multilabel" else [])
-
-
-def check_layout(name: str, source: str, root: Path) -> None:
-    """Raise :class:`DatasetNotFoundError` unless both splits' files are under ``root``
-    (cheap: nothing is opened, so grid validation can call it for ImageNet)."""
-    if not root.exists():
-        raise _missing(name, root, "nothing")
-    paths = {p for split in ("train", "test") for p in required_paths(source, split)}
-    _require(name, root, sorted(paths))
-    if source not in SOURCES or SOURCES[source].sizes:
-        return
-    if not ((root / "test").is_dir() or (root / "val").is_dir()):  # folder sources
-        raise _missing(name, root, "no test/ (or val/) folder")
 
 
 # --------------------------------------------------------------------------- CIFAR
@@ -199,10 +141,7 @@ def _presence_only(cls: type[datasets.CIFAR10]) -> type[datasets.CIFAR10]:
     )
 
 
-_CIFAR = {
-    "cifar10": _presence_only(datasets.CIFAR10),
-    "cifar100": _presence_only(datasets.CIFAR100),
-}
+_CIFAR = {name: _presence_only(cls) for name, cls in CIFAR_CLASSES.items()}
 
 
 def _pickle_has(path: Path, keys: tuple[str, ...]) -> bool:
@@ -219,7 +158,7 @@ def _cifar(name: str, split: str, root: Path, transform: Transform, download: bo
     cls = _CIFAR[name]
     folder = root / cls.base_folder
     if not download:
-        _require(name, root, required_paths(name, split))
+        require(name, root, required_paths(name, split))
     labels_key = "labels" if name == "cifar10" else "fine_labels"
     try:
         ds = cls(str(root), train=split == "train", transform=transform, download=download)
@@ -227,7 +166,7 @@ def _cifar(name: str, split: str, root: Path, transform: Transform, download: bo
         files = [f for f, _ in (cls.train_list if split == "train" else cls.test_list)]
         keys = {f: ("data", labels_key) for f in files} | {cls.meta["filename"]: (cls.meta["key"],)}
         bad = next((f for f, k in keys.items() if not _pickle_has(folder / f, k)), None)
-        raise _malformed(
+        raise malformed(
             name,
             folder / bad if bad else folder,
             f"cannot read the pickled batches ({e!r}): each must be a dict with 'data' "
@@ -236,13 +175,13 @@ def _cifar(name: str, split: str, root: Path, transform: Transform, download: bo
         ) from e
     num_classes = SOURCES[name].num_classes
     if len(ds.data) != len(ds.targets):
-        raise _malformed(
+        raise malformed(
             name,
             folder,
             f"{len(ds.data)} images but {len(ds.targets)} labels in the {split} batches",
         )
     if len(ds.classes) != num_classes:
-        raise _malformed(
+        raise malformed(
             name,
             folder / cls.meta["filename"],
             f"{len(ds.classes)} class names under '{cls.meta['key']}', expected {num_classes}",
@@ -253,23 +192,21 @@ def _cifar(name: str, split: str, root: Path, transform: Transform, download: bo
 
 # --------------------------------------------------------------------------- Pets, Flowers
 
-_PETS_SPLIT = {"train": "trainval", "test": "test"}
-
 
 def _pets(name: str, split: str, root: Path, transform: Transform, download: bool) -> ImageSource:
     ann = root / required_paths(name, split)[1]
     if not download:
-        _require(name, root, required_paths(name, split))
+        require(name, root, required_paths(name, split))
     try:
         ds = datasets.OxfordIIITPet(
             str(root),
-            split=_PETS_SPLIT[split],
+            split=PETS_SPLIT[split],
             target_types="category",
             transform=transform,
             download=download,
         )
     except ValueError as e:
-        raise _malformed(
+        raise malformed(
             name,
             ann,
             f"cannot parse ({e}); expected lines '<image id> <class 1-37> <species 1-2> <breed id>'",
@@ -304,11 +241,11 @@ def _flowers(
 ) -> ImageSource:
     folder = root / "flowers-102"
     if not download:
-        _require(name, root, required_paths(name, split))
+        require(name, root, required_paths(name, split))
     try:
         ds = _Flowers102(str(root), split=split, transform=transform, download=download)
     except _UNREADABLE as e:
-        raise _malformed(
+        raise malformed(
             name,
             f"{folder}/{{imagelabels,setid}}.mat",
             f"cannot read ({e!r}); expected MATLAB files with 'labels' (a class 1-102 per "
@@ -328,7 +265,7 @@ def _flowers(
 def _folder(name: str, root: Path, split_dir: str, transform: Transform) -> datasets.ImageFolder:
     train, folder = root / "train", root / split_dir
     if not folder.is_dir():
-        raise _missing(name, root, f"no {split_dir}/ folder")
+        raise missing(name, root, f"no {split_dir}/ folder")
     try:
         ds = datasets.ImageFolder(str(folder), transform=transform)
     except FileNotFoundError as e:
@@ -336,14 +273,14 @@ def _folder(name: str, root: Path, split_dir: str, transform: Transform) -> data
             detail = f"{folder} holds files but no class folders (sort the images into one folder per class)"
         else:
             detail = f"no images in {folder} ({e})"
-        raise _missing(name, root, detail) from e
+        raise missing(name, root, detail) from e
     if split_dir != "train":
         if not train.is_dir():
-            raise _missing(name, root, "no train/ folder")
+            raise missing(name, root, "no train/ folder")
         train_classes = sorted(p.name for p in train.iterdir() if p.is_dir())
         if ds.classes != train_classes:
             odd = sorted(set(ds.classes) ^ set(train_classes))
-            raise _malformed(
+            raise malformed(
                 name,
                 folder,
                 f"must have the same class folders as {train}; these are in only one of "
@@ -374,7 +311,7 @@ def _multilabel(name: str, split: str, root: Path, transform: Transform) -> Imag
     ds = _folder(name, root, split_dir, transform)
     label_file = root / LABEL_FILE
     if not label_file.is_file():
-        raise _missing(name, root, f"no {LABEL_FILE}")
+        raise missing(name, root, f"no {LABEL_FILE}")
     position = {Path(p).relative_to(root).as_posix(): i for i, (p, _) in enumerate(ds.samples)}
     extra: list[tuple[int, ...]] = [()] * len(ds)
     for lineno, line in enumerate(label_file.read_text().splitlines(), start=1):
@@ -383,15 +320,15 @@ def _multilabel(name: str, split: str, root: Path, transform: Transform) -> Imag
         path, tab, labels = line.partition("\t")
         where = f"{label_file}:{lineno}"
         if not tab:
-            raise _malformed(name, where, "expected '<path><TAB><label>,<label>,...'")
+            raise malformed(name, where, "expected '<path><TAB><label>,<label>,...'")
         if Path(path).parts[:1] != (split_dir,):
             continue
         if path not in position:
-            raise _malformed(name, where, f"no image {root / path}")
+            raise malformed(name, where, f"no image {root / path}")
         names = [x.strip() for x in labels.split(",") if x.strip()]
         unknown = [x for x in names if x not in ds.class_to_idx]
         if unknown:
-            raise _malformed(
+            raise malformed(
                 name,
                 where,
                 f"unknown label {unknown[0]!r}; labels are the class folder names of "
@@ -417,16 +354,16 @@ def load_source(
             f"{name}: cannot be downloaded automatically; {SOURCES[source].how_to_get}"
         )
     if not root.exists() and not download:
-        raise _missing(name, root, "nothing")
+        raise missing(name, root, "nothing")
     try:
-        if source in _CIFAR:
+        if source in CIFAR_CLASSES:
             return _cifar(source, split, root, transform, download)
         if source == "pets":
             return _pets(source, split, root, transform, download)
         if source == "flowers102":
             return _flowers(source, split, root, transform, download)
     except RuntimeError as e:  # torchvision's own "Dataset not found or corrupted"
-        raise _missing(source, root, f"torchvision cannot find it ({e})") from e
+        raise missing(source, root, f"torchvision cannot find it ({e})") from e
     if source == "multilabel":
         return _multilabel(name, split, root, transform)
     return _imagefolder(name, split, root, transform)

@@ -6,7 +6,7 @@ family) as WebDataset tar shards with WebDataset's own ``TarWriter``:
 
 - examples go in a fixed random order (``SeededPermutation(n, SHARD_ORDER_SEED)``), so
   every shard is a random sample of its split: a subset made of whole shards
-  (:func:`vitscale.data.shardindex.select`) is a random subset, whatever the source's
+  (:func:`vitscale.data.shards.index.select`) is a random subset, whatever the source's
   order (ImageFolder lists class by class);
 - image files are copied byte for byte (a JPEG stays the same JPEG; formats other than
   JPEG, PNG and WebP become PNG); arrays (CIFAR, the rendered synthetic set) become PNG;
@@ -21,7 +21,7 @@ family) as WebDataset tar shards with WebDataset's own ``TarWriter``:
 
 ``index_shards(DIR)`` writes ``index.json`` for shards made elsewhere (img2dataset,
 webdataset's ``ShardWriter``): every shard's examples counted, its tar checked whole and
-its labels read (:func:`vitscale.data.shardread.scan_shard`), the class list taken from a
+its labels read (:func:`vitscale.data.shards.read.scan_shard`), the class list taken from a
 file or from the labels.
 """
 
@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from .registry import DatasetFormatError, parse_name
-from .shardindex import IMAGE_EXTS, INDEX_FILE, Shard, expand_pattern, write_index
-from .subsets import SeededPermutation, parse_count
+from ..registry import DatasetFormatError, parse_name
+from ..subsets import SeededPermutation, parse_count
+from .index import IMAGE_EXTS, INDEX_FILE, Shard, expand_pattern, write_index
 
 __all__ = ["SHARD_ORDER_SEED", "PLAN_FILE", "shard_dataset", "index_shards", "ShardingError"]
 
@@ -116,12 +116,12 @@ def _open_split(
     image_size: int,
     shorter_side: int | None = None,
 ) -> _Split:
-    from .registry import default_root
-    from .vocabulary import TASKS
+    from ..registry import default_root
+    from ..synthetic.vocabulary import TASKS
 
     source, path = parse_name(src)
     if source in TASKS:
-        from .synthetic import SyntheticImages
+        from ..synthetic.render import SyntheticImages
 
         ds = SyntheticImages(source, split=split, image_size=image_size)
 
@@ -134,7 +134,7 @@ def _open_split(
             ]
 
         return _Split(len(ds), read_synthetic, list(ds.classes), False, crop=False)
-    from .sources import load_source
+    from ..sources.load import load_source
 
     where = path if path is not None else Path(root).expanduser() if root else default_root(source)
     ds = load_source(src, source, split, root=where, transform=None, download=download)
@@ -255,6 +255,66 @@ def _init_worker() -> None:
     torch.set_num_threads(1)
 
 
+def _checked_cap(
+    shard_size: int, workers: int, shorter_side: int | None, max_examples: int | str | None
+) -> int | None:
+    """The arguments checked before any source is opened; the examples cap, if any."""
+    if shard_size < 1:
+        raise ShardingError(f"--shard-size must be at least 1 example, got {shard_size}")
+    if workers < 1:
+        raise ShardingError(f"--workers must be at least 1, got {workers}")
+    if shorter_side is not None and shorter_side < 8:
+        raise ShardingError(f"--shorter-side must be at least 8 pixels, got {shorter_side}")
+    cap = None if max_examples is None else parse_count(max_examples, what="--max-examples")
+    if cap is not None and cap < 1:
+        raise ShardingError(f"--max-examples must be at least 1, got {cap}")
+    return cap
+
+
+def _sizes(src: str, splits: dict[str, _Split], cap: int | None) -> dict[str, int]:
+    """Examples to shard per split: all, or a random part of at most ``cap``."""
+    for s, sp in splits.items():
+        if cap is None and sp.size > _LARGE_SPLIT:
+            raise ShardingError(
+                f"{src} {s} has {sp.size:,} examples; give --max-examples (e.g. 1M) to shard "
+                "a random part of it"
+            )
+    return {s: sp.size if cap is None else min(cap, sp.size) for s, sp in splits.items()}
+
+
+def _jobs(
+    dest: Path, splits: dict[str, _Split], sizes: dict[str, int], shard_size: int
+) -> tuple[list[tuple[str, int, list[int], str]], int]:
+    """``(shards still to write, examples in the shards already written)``."""
+    jobs, done = [], 0
+    for s, size in sizes.items():
+        order = SeededPermutation(splits[s].size, SHARD_ORDER_SEED)(np.arange(size)).tolist()
+        for j, start in enumerate(range(0, size, shard_size)):
+            ids = order[start : start + shard_size]
+            if (dest / _shard_name(s, j)).is_file():
+                done += len(ids)
+            else:
+                jobs.append((s, j, ids, str(dest)))
+    return jobs, done
+
+
+def _write_all(jobs: list, splits: dict[str, _Split], *, workers: int, bar) -> None:
+    """Write the shards in-process or in forked workers, counting examples on ``bar``."""
+    _WORKER["splits"] = splits
+    try:
+        if workers == 1 or len(jobs) <= 1:
+            for job in jobs:
+                bar.update(_write_shard(job)[2])
+        else:
+            ctx = multiprocessing.get_context("fork")
+            with ctx.Pool(workers, _init_worker) as pool:
+                for _, _, n in pool.imap_unordered(_write_shard, jobs):
+                    bar.update(n)
+    finally:
+        bar.close()
+        _WORKER.clear()
+
+
 def shard_dataset(
     src: str,
     dest: str | Path,
@@ -277,86 +337,41 @@ def shard_dataset(
     """
     from tqdm import tqdm
 
-    if shard_size < 1:
-        raise ShardingError(f"--shard-size must be at least 1 example, got {shard_size}")
-    if workers < 1:
-        raise ShardingError(f"--workers must be at least 1, got {workers}")
-    if shorter_side is not None and shorter_side < 8:
-        raise ShardingError(f"--shorter-side must be at least 8 pixels, got {shorter_side}")
-    cap = None if max_examples is None else parse_count(max_examples, what="--max-examples")
-    if cap is not None and cap < 1:
-        raise ShardingError(f"--max-examples must be at least 1, got {cap}")
+    cap = _checked_cap(shard_size, workers, shorter_side, max_examples)
     dest = Path(dest).expanduser()
     kwargs = dict(root=root, download=download, image_size=image_size, shorter_side=shorter_side)
-    source, _ = parse_name(src)
-    from .vocabulary import TASKS
-
-    split_names = ["train", "test"]
-    splits = {s: _open_split(src, s, **kwargs) for s in split_names}
-    sizes = {}
-    for s, sp in splits.items():
-        if cap is None and sp.size > _LARGE_SPLIT:
-            raise ShardingError(
-                f"{src} {s} has {sp.size:,} examples; give --max-examples (e.g. 1M) to shard "
-                "a random part of it"
-            )
-        sizes[s] = sp.size if cap is None else min(cap, sp.size)
-    plan = _plan(
-        src,
-        sizes,
-        {
-            "shard_size": shard_size,
-            "image_size": image_size if source in TASKS else None,
-            "shorter_side": shorter_side,
-            "order_seed": SHARD_ORDER_SEED,
-        },
-    )
-    _check_dest(dest, plan)
+    splits = {s: _open_split(src, s, **kwargs) for s in ("train", "test")}
+    sizes = _sizes(src, splits, cap)
+    settings = {
+        "shard_size": shard_size,
+        "image_size": None if splits["train"].crop else image_size,  # rendered (synthetic)
+        "shorter_side": shorter_side,
+        "order_seed": SHARD_ORDER_SEED,
+    }
+    _check_dest(dest, _plan(src, sizes, settings))
     for stale in dest.glob(".*.tmp-*"):  # a killed run's unfinished shard
         stale.unlink()
-    jobs, done_examples = [], 0
-    for s in split_names:
-        n, size = splits[s].size, sizes[s]
-        order = SeededPermutation(n, SHARD_ORDER_SEED)(np.arange(size)).tolist()
-        for j, start in enumerate(range(0, size, shard_size)):
-            ids = order[start : start + shard_size]
-            if (dest / _shard_name(s, j)).is_file():
-                done_examples += len(ids)
-            else:
-                jobs.append((s, j, ids, str(dest)))
-    total = sum(sizes.values())
+    jobs, done = _jobs(dest, splits, sizes, shard_size)
     bar = tqdm(
-        total=total,
-        initial=done_examples,
+        total=sum(sizes.values()),
+        initial=done,
         desc=f"sharding {src}",
         unit="img",
         disable=not progress,
         dynamic_ncols=True,
     )
-    _WORKER["splits"] = splits
-    try:
-        if workers == 1 or len(jobs) <= 1:
-            for job in jobs:
-                bar.update(_write_shard(job)[2])
-        else:
-            ctx = multiprocessing.get_context("fork")
-            with ctx.Pool(workers, _init_worker) as pool:
-                for _, _, n in pool.imap_unordered(_write_shard, jobs):
-                    bar.update(n)
-    finally:
-        bar.close()
-        _WORKER.clear()
-    index_splits = {}
-    for s in split_names:
-        count = -(-sizes[s] // shard_size)
-        index_splits[s] = [
+    _write_all(jobs, splits, workers=workers, bar=bar)
+    index_splits = {
+        s: [
             Shard(
                 _shard_name(s, j),
-                min(shard_size, sizes[s] - j * shard_size),
+                min(shard_size, size - j * shard_size),
                 (dest / _shard_name(s, j)).stat().st_size,
             )
-            for j in range(count)
+            for j in range(-(-size // shard_size))
         ]
+        for s, size in sizes.items()
+    }
     first = splits["train"]
     return write_index(
         dest,
@@ -372,7 +387,7 @@ def shard_dataset(
 
 
 def _scan(path: str):
-    from .shardread import scan_shard
+    from .read import scan_shard
 
     return scan_shard(Path(path))
 

@@ -18,7 +18,7 @@ transfer class was never a pre-training class, but it is made of the same stroke
 corners and periodicities, so good upstream features make it linearly separable.
 
 This module is torch-free (the registry and grid validation read the task table); the
-renderer is :mod:`vitscale.data.synthetic`.
+renderer is :mod:`vitscale.data.synthetic.render`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from itertools import combinations
 
 import numpy as np
 
-from ._hash import derive_key, uniform
+from .._hash import derive_key, uniform
 
 __all__ = [
     "GLYPH_GRID",

@@ -3,7 +3,7 @@
 ``wids.wids.IndexedTarSamples`` memory-maps one shard, indexes it by walking the tar
 headers and groups consecutive members with the same key into a sample, so example ``i``
 of a shard is one seek away and a batch can take its examples from anywhere in a shuffle
-window (what makes the pre-training stream computable, :mod:`vitscale.data.shardset`).
+window (what makes the pre-training stream computable, :mod:`vitscale.data.shards.dataset`).
 It is used per shard with a small LRU of open shards per process; wids' dataset wrapper
 (``ShardListDataset``) is not, because it copies local shards into a cache folder and
 takes lock files beside them, which a read-only cluster file system refuses.
@@ -53,8 +53,8 @@ try:  # deprecated since torchvision 0.29 in favour of TorchCodec; PIL takes ove
 except ImportError:  # pragma: no cover - a torchvision without image decoding
     _decode_image = _ImageReadMode = None
 
-from .registry import DatasetFormatError, DatasetNotFoundError
-from .shardindex import IMAGE_EXTS, LABEL_EXTS
+from ..registry import DatasetFormatError, DatasetNotFoundError
+from .index import IMAGE_EXTS, LABEL_EXTS
 
 __all__ = [
     "SampleError",

@@ -48,8 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from .registry import DatasetFormatError, DatasetNotFoundError
-from .subsets import SeededPermutation, SubsetSpec, subset_size
+from ..registry import DatasetFormatError, DatasetNotFoundError
+from ..subsets import SeededPermutation, SubsetSpec, subset_size
 
 __all__ = [
     "INDEX_FILE",

@@ -28,7 +28,7 @@ image does not depend on the batch it was rendered in, nor on the number of thre
 
 Two paths draw the same pixels: the torch operations here (the reference, and the only
 path for textures), and for glyph and pair scenes the fused C++ kernel of
-:mod:`vitscale.data._fused`, which makes generation several times faster (measured in
+:mod:`vitscale.data.synthetic._fused`, which makes generation several times faster (measured in
 ``benchmarks/data_throughput.py``) and is used wherever it can be built.
 """
 
@@ -40,9 +40,10 @@ from einops import rearrange, repeat
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from .._hash import derive_key, uniform
+from ..batch import Batch
 from . import _fused
-from ._hash import derive_key, uniform
-from .batch import Batch
+from . import scene as sc
 from .vocabulary import GLYPH_GRID, TASKS, TEXTURES, WORLD_SEED, SyntheticTask, glyph_bank
 
 __all__ = ["SyntheticImages", "render", "MIN_SIZE", "MAX_SIZE"]
@@ -52,45 +53,6 @@ _SPLIT_STREAM = {"train": 0, "val": 1, "test": 2}
 # Render in chunks of about this many pixels: large enough to amortise per-op overhead,
 # small enough to stay in cache. Results do not depend on it.
 _CHUNK_PIXELS = 256 * 32 * 32
-
-# Brightness ranges: background from one, object from the other (contrast >= 0.2 per channel).
-_DARK = (0.0, 0.4)
-_LIGHT = (0.6, 1.0)
-_NOISE_GRID, _NOISE_AMPLITUDE = 6, 0.3
-_STROKES, _STROKE_P, _STROKE_FRONT_P = 6, 0.5, 0.35
-_STROKE_HALF_WIDTH = (0.008, 0.02)  # fraction of the image side
-# Glyph side, fraction of the image side. Large glyphs still move by up to 15% of the side
-# and vary 10% in scale and 15% in aspect: at 32 px a ResNet learns them in ~100 steps, a
-# toy ViT/16 in a few hundred; at (0.38, 0.62) the toy ViTs learned nothing in the demo's
-# budget (position jitter is what a ViT must learn from data; issue 7's tuning notes).
-_GLYPH_SCALE = (0.85, 0.95)
-_PAIR_SCALE = (0.3, 0.42)
-_ASPECT = 0.15  # each side independently scaled by 1 +- this
-_PATCH_RADIUS = (0.25, 0.4)
-_PERIOD = (0.1, 0.16)  # texture period, fraction of the image side
-
-
-class _Fields:
-    """Names for the columns of the per-example uniform draws (one layout for all tasks)."""
-
-    def __init__(self) -> None:
-        self.size = 0
-
-    def take(self, n: int) -> slice:
-        s = slice(self.size, self.size + n)
-        self.size += n
-        return s
-
-
-_F = _Fields()
-POLARITY = _F.take(1)
-BG_COLOURS = _F.take(6)
-GRADIENT = _F.take(2)
-NOISE = _F.take(3 * _NOISE_GRID * _NOISE_GRID)
-STROKES = _F.take(7 * _STROKES)  # active, front, ax, ay, bx, by, half width
-STROKE_COLOURS = _F.take(8)  # per layer (behind, over): object brightness?, rgb
-OBJECT = _F.take(18)
-NUM_FIELDS = _F.size
 
 
 def _range(u: np.ndarray, lo_hi: tuple[float, float]) -> np.ndarray:
@@ -120,7 +82,7 @@ def _edge(signed_px: Tensor) -> Tensor:
 
 def _colours(u: np.ndarray, light: np.ndarray) -> Tensor:
     """(B, 3) colours from (B, 3) draws, each in the light or dark range per example."""
-    return _t(np.where(light[:, None], _range(u, _LIGHT), _range(u, _DARK)))
+    return _t(np.where(light[:, None], _range(u, sc.LIGHT), _range(u, sc.DARK)))
 
 
 def _lerp_weights(size: int, cells: int) -> tuple[Tensor, Tensor]:
@@ -138,13 +100,13 @@ def _background_grid(u: np.ndarray, light_bg: np.ndarray) -> Tensor:
     f32 = np.float32
     c0, c1 = (
         rearrange(_colours(c, light_bg).numpy(), "b c -> b c 1 1")
-        for c in (u[:, BG_COLOURS][:, :3], u[:, BG_COLOURS][:, 3:])
+        for c in (u[:, sc.BG_COLOURS][:, :3], u[:, sc.BG_COLOURS][:, 3:])
     )
-    d = (u[:, GRADIENT] * 2.0 - 1.0).astype(f32)
-    noise = ((u[:, NOISE] - 0.5) * _NOISE_AMPLITUDE).astype(f32)
-    grid = rearrange(noise, "b (c gy gx) -> b c gy gx", c=3, gy=_NOISE_GRID)
+    d = (u[:, sc.GRADIENT] * 2.0 - 1.0).astype(f32)
+    noise = ((u[:, sc.NOISE] - 0.5) * sc.NOISE_AMPLITUDE).astype(f32)
+    grid = rearrange(noise, "b (c gy gx) -> b c gy gx", c=3, gy=sc.NOISE_GRID)
     # Bake the gradient into the grid: bilinear interpolation reproduces a linear ramp.
-    g = (np.arange(_NOISE_GRID, dtype=f32) + f32(0.5)) / f32(_NOISE_GRID) - f32(0.5)
+    g = (np.arange(sc.NOISE_GRID, dtype=f32) + f32(0.5)) / f32(sc.NOISE_GRID) - f32(0.5)
     ramp = rearrange(g, "x -> 1 1 1 x") * rearrange(d[:, 0], "b -> b 1 1 1")
     ramp = (ramp + rearrange(g, "y -> 1 1 y 1") * rearrange(d[:, 1], "b -> b 1 1 1")) + f32(0.5)
     ramp = np.clip(ramp, f32(0.0), f32(1.0))
@@ -154,11 +116,11 @@ def _background_grid(u: np.ndarray, light_bg: np.ndarray) -> Tensor:
 def _upsample(grid: Tensor, size: int) -> Tensor:
     """Separable bilinear upsampling (pixel centres, clamped at the borders): along x on
     the small grid, then along y with two row gathers."""
-    i0, w = _lerp_weights(size, _NOISE_GRID)
+    i0, w = _lerp_weights(size, sc.NOISE_GRID)
     grid = rearrange(grid, "b c gy gx -> (b c gy) gx")
     left, right = grid.index_select(1, i0), grid.index_select(1, i0 + 1)
     rows = rearrange(
-        right.sub_(left).mul_(w).add_(left), "(b c gy) w -> (b c) gy w", c=3, gy=_NOISE_GRID
+        right.sub_(left).mul_(w).add_(left), "(b c gy) w -> (b c) gy w", c=3, gy=sc.NOISE_GRID
     )
     top, bottom = rows.index_select(1, i0), rows.index_select(1, i0 + 1)
     bottom.sub_(top).mul_(rearrange(w, "h -> h 1"))
@@ -170,21 +132,21 @@ def _stroke_layer(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Distractor line segments behind (``front=False``) or over the object.
 
-    Each example has up to ``_STROKES`` segments; those of one layer share a colour, whose
+    Each example has up to ``sc.MAX_STROKES`` segments; those of one layer share a colour, whose
     brightness is the background's or the object's at random, so colour alone cannot find
-    the object. Returns the layer's segments ``(B, _STROKES, 5)`` (end points and reach,
+    the object. Returns the layer's segments ``(B, sc.MAX_STROKES, 5)`` (end points and reach,
     in pixels; the first ``counts[b]`` rows of example ``b`` are drawn), ``counts (B,)``
     int32 and the colours ``(B, 3)``.
     """
-    s = rearrange(u[:, STROKES], "b (k f) -> b k f", k=_STROKES)
-    on = (s[..., 0] < _STROKE_P) & ((s[..., 1] < _STROKE_FRONT_P) == front)
+    s = rearrange(u[:, sc.STROKES], "b (k f) -> b k f", k=sc.MAX_STROKES)
+    on = (s[..., 0] < sc.STROKE_P) & ((s[..., 1] < sc.STROKE_FRONT_P) == front)
     order = np.argsort(~on, axis=1, kind="stable")  # each example's drawn segments first
     f = np.take_along_axis(s, order[..., None], axis=1)
     ends = f[..., 2:6] * size
-    reach = _range(f[..., 6], _STROKE_HALF_WIDTH) * size + 0.5
+    reach = _range(f[..., 6], sc.STROKE_HALF_WIDTH) * size + 0.5
     segs = _t(np.concatenate([ends, reach[..., None]], axis=-1))
     counts = torch.from_numpy(on.sum(axis=1).astype(np.int32))
-    c = u[:, STROKE_COLOURS][:, 4:] if front else u[:, STROKE_COLOURS][:, :4]
+    c = u[:, sc.STROKE_COLOURS][:, 4:] if front else u[:, sc.STROKE_COLOURS][:, :4]
     colour = _colours(c[:, 1:], np.where(c[:, 0] < 0.5, light_bg, ~light_bg))
     return segs, counts, colour
 
@@ -278,12 +240,12 @@ def _texture_sd(kind: int, px: Tensor, py: Tensor, cx: Tensor, cy: Tensor) -> Te
 def _texture(canvas: Tensor, u: np.ndarray, labels: np.ndarray, light_bg: np.ndarray) -> None:
     size = canvas.shape[-1]
     pix = _pixels(size)
-    o = u[:, OBJECT]
-    radius = _range(o[:, 0], _PATCH_RADIUS)
+    o = u[:, sc.OBJECT]
+    radius = _range(o[:, 0], sc.PATCH_RADIUS)
     cx = radius + o[:, 1] * (1.0 - 2.0 * radius)
     cy = radius + o[:, 2] * (1.0 - 2.0 * radius)
     disc = o[:, 3] < 0.5
-    period = _range(o[:, 4], _PERIOD)
+    period = _range(o[:, 4], sc.PERIOD)
     x = rearrange(pix, "w -> 1 1 w")
     y = rearrange(pix, "h -> 1 h 1")
     col = lambda a: rearrange(_t(a), "b -> b 1 1")  # noqa: E731
@@ -316,10 +278,10 @@ def _glyph_layers(
     ``(B, P, P)``, boxes ``(B, 5)`` (left, width, top, height in image units, and the
     bitmap cell in pixels) and colours ``(B, 3)``."""
     bank = glyph_bank(max(task.glyphs) + 1)
-    o = u[:, OBJECT]
+    o = u[:, sc.OBJECT]
     if task.kind == "glyph":
         glyphs = [np.asarray(task.glyphs)[labels]]
-        scale_range, halves = _GLYPH_SCALE, [(0.0, 1.0)]
+        scale_range, halves = sc.GLYPH_SCALE, [(0.0, 1.0)]
     else:
         pairs = np.asarray(task.pairs)[labels]
         swap = o[:, 17] < 0.5
@@ -327,7 +289,7 @@ def _glyph_layers(
             np.where(swap, pairs[:, 1], pairs[:, 0]),
             np.where(swap, pairs[:, 0], pairs[:, 1]),
         ]
-        scale_range, halves = _PAIR_SCALE, [(0.0, 0.5), (0.5, 1.0)]
+        scale_range, halves = sc.PAIR_SCALE, [(0.0, 0.5), (0.5, 1.0)]
     # A pair splits the image in halves, side by side or one above the other; each glyph
     # stays inside its half, so the two never overlap.
     side_by_side = o[:, 16] < 0.5
@@ -335,8 +297,8 @@ def _glyph_layers(
     for j, (lo, hi) in enumerate(halves):
         f = o[:, 8 * j : 8 * j + 8]  # scale, aspect x, aspect y, position x, y, rgb
         scale = _range(f[:, 0], scale_range)
-        hx = scale / 2 * (1.0 + _ASPECT * (2 * f[:, 1] - 1))
-        hy = scale / 2 * (1.0 + _ASPECT * (2 * f[:, 2] - 1))
+        hx = scale / 2 * (1.0 + sc.ASPECT * (2 * f[:, 1] - 1))
+        hy = scale / 2 * (1.0 + sc.ASPECT * (2 * f[:, 2] - 1))
         lo_x, hi_x = np.where(side_by_side, lo, 0.0), np.where(side_by_side, hi, 1.0)
         lo_y, hi_y = np.where(side_by_side, 0.0, lo), np.where(side_by_side, 1.0, hi)
         cx = lo_x + hx + f[:, 3] * np.maximum(hi_x - lo_x - 2 * hx, 0.0)
@@ -365,14 +327,14 @@ def render(
     key = derive_key(WORLD_SEED, task.stream, _SPLIT_STREAM[split])
     images = torch.empty(len(indices), 3, image_size, image_size)
     chunk = max(_CHUNK_PIXELS // image_size**2, 1)
-    i0, w = _lerp_weights(image_size, _NOISE_GRID)
+    i0, w = _lerp_weights(image_size, sc.NOISE_GRID)
     pix = _pixels(image_size)
     pix_px = pix * image_size
     module = _fused.kernel() if fused and task.kind != "texture" else None
     if module is not None:  # glyph and pair scenes, parameters and pixels in C++
         classes = np.asarray(task.pairs if task.kind == "pair" else task.glyphs, dtype=np.int64)
         bank = glyph_bank(max(task.glyphs) + 1).astype(np.float32)
-        scale = _PAIR_SCALE if task.kind == "pair" else _GLYPH_SCALE
+        scale = sc.PAIR_SCALE if task.kind == "pair" else sc.GLYPH_SCALE
         for start in range(0, len(indices), chunk):
             params = module.glyph_scene_params(
                 key - (1 << 64) if key >= 1 << 63 else key,  # the uint64 key's bits, signed
@@ -392,12 +354,12 @@ def render(
                 pix_px,
                 *params[1:],
             )
-        return Batch(images, torch.from_numpy(indices % task.num_classes))
+        return Batch(images=images, targets=torch.from_numpy(indices % task.num_classes))
     for start in range(0, len(indices), chunk):
         idx = indices[start : start + chunk]
-        u = uniform(key, idx, NUM_FIELDS)
+        u = uniform(key, idx, sc.NUM_FIELDS)
         labels = idx % task.num_classes
-        light_bg = u[:, POLARITY][:, 0] < 0.5
+        light_bg = u[:, sc.POLARITY][:, 0] < 0.5
         grid = _background_grid(u, light_bg)
         behind, front = (_stroke_layer(u, light_bg, image_size, f) for f in (False, True))
         canvas = _upsample(grid, image_size)
@@ -409,7 +371,7 @@ def render(
                 _glyph(canvas, *layer)
         _strokes(canvas, *front)
         images[start : start + chunk] = canvas.clamp_(0.0, 1.0).mul_(2.0).sub_(1.0)
-    return Batch(images, torch.from_numpy(indices % task.num_classes))
+    return Batch(images=images, targets=torch.from_numpy(indices % task.num_classes))
 
 
 class SyntheticImages(Dataset):
@@ -422,6 +384,7 @@ class SyntheticImages(Dataset):
     """
 
     multilabel = False
+    selection = None  # only a sharded set records which examples it selected
 
     def __init__(self, task: str | SyntheticTask, *, split: str, image_size: int) -> None:
         self.task = TASKS[task] if isinstance(task, str) else task

@@ -1,6 +1,6 @@
 """The synthetic renderer for glyph and pair scenes as C++ kernels (built on first use).
 
-:mod:`vitscale.data.synthetic` draws a scene with about a hundred torch operations per
+:mod:`vitscale.data.synthetic.render` draws a scene with about a hundred torch operations per
 chunk of images and derives its per-example parameters with numpy; the toy ViTs of the
 CPU demo train faster than that draws (``benchmarks/data_throughput.py``). Two kernels do
 the same work here: ``glyph_scene_params`` derives the parameters from (key, index) (the
@@ -28,6 +28,9 @@ import sys
 import threading
 import warnings
 from pathlib import Path
+
+from . import scene as sc
+from .vocabulary import GLYPH_GRID
 
 __all__ = ["kernel"]
 
@@ -181,9 +184,9 @@ void render_glyph_scenes(torch::Tensor out, torch::Tensor grid, torch::Tensor le
 """
 
 
-# The per-example parameters (vitscale.data.synthetic: uniform, _background_grid,
-# _stroke_layer, _glyph_layers), computed from (key, index) in the same float64 and float32
-# operations; the constants come from synthetic.py (_constants, one place for each).
+# The per-example parameters (render.py: uniform, _background_grid, _stroke_layer,
+# _glyph_layers), computed from (key, index) in the same float64 and float32 operations;
+# the constants come from scene.py (_constants, one place for each).
 _PARAMS_SOURCE = r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -328,33 +331,32 @@ def kernel():
 
 
 def _constants() -> str:
-    """The synthetic family's layout and ranges as C++ constants (read from synthetic.py)."""
-    from . import synthetic as sy
+    """The synthetic family's layout and ranges as C++ constants (read from :mod:`.scene`)."""
 
     ints = {
-        "NUM_FIELDS": sy.NUM_FIELDS,
-        "POLARITY": sy.POLARITY.start,
-        "BG_COLOURS": sy.BG_COLOURS.start,
-        "GRADIENT": sy.GRADIENT.start,
-        "NOISE": sy.NOISE.start,
-        "STROKES_AT": sy.STROKES.start,
-        "STROKE_COLOURS": sy.STROKE_COLOURS.start,
-        "OBJECT": sy.OBJECT.start,
-        "NOISE_GRID": sy._NOISE_GRID,
-        "STROKES": sy._STROKES,
-        "GLYPH_GRID": sy.GLYPH_GRID,
+        "NUM_FIELDS": sc.NUM_FIELDS,
+        "POLARITY": sc.POLARITY.start,
+        "BG_COLOURS": sc.BG_COLOURS.start,
+        "GRADIENT": sc.GRADIENT.start,
+        "NOISE": sc.NOISE.start,
+        "STROKES_AT": sc.STROKES.start,
+        "STROKE_COLOURS": sc.STROKE_COLOURS.start,
+        "OBJECT": sc.OBJECT.start,
+        "NOISE_GRID": sc.NOISE_GRID,
+        "STROKES": sc.MAX_STROKES,
+        "GLYPH_GRID": GLYPH_GRID,
     }
     doubles = {
-        "NOISE_AMPLITUDE": sy._NOISE_AMPLITUDE,
-        "STROKE_P": sy._STROKE_P,
-        "STROKE_FRONT_P": sy._STROKE_FRONT_P,
-        "HALF_WIDTH_LO": sy._STROKE_HALF_WIDTH[0],
-        "HALF_WIDTH_HI": sy._STROKE_HALF_WIDTH[1],
-        "DARK_LO": sy._DARK[0],
-        "DARK_HI": sy._DARK[1],
-        "LIGHT_LO": sy._LIGHT[0],
-        "LIGHT_HI": sy._LIGHT[1],
-        "ASPECT": sy._ASPECT,
+        "NOISE_AMPLITUDE": sc.NOISE_AMPLITUDE,
+        "STROKE_P": sc.STROKE_P,
+        "STROKE_FRONT_P": sc.STROKE_FRONT_P,
+        "HALF_WIDTH_LO": sc.STROKE_HALF_WIDTH[0],
+        "HALF_WIDTH_HI": sc.STROKE_HALF_WIDTH[1],
+        "DARK_LO": sc.DARK[0],
+        "DARK_HI": sc.DARK[1],
+        "LIGHT_LO": sc.LIGHT[0],
+        "LIGHT_HI": sc.LIGHT[1],
+        "ASPECT": sc.ASPECT,
     }
     lines = ["#include <cstdint>"]
     lines += [f"static constexpr int64_t {k} = {v};" for k, v in ints.items()]

@@ -1,0 +1,2 @@
+"""Sharded sets: :mod:`.index` (torch-free), :mod:`.read`, :mod:`.order` (the stream's windows),
+:mod:`.dataset` (the torch dataset and its stream) and :mod:`.write` (``vitscale data shard``)."""
