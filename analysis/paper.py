@@ -51,7 +51,7 @@ DATASETS = {
 # Table 5 spells the datasets out (its "downstream" column).
 TABLE5_DATASETS = {name: key for key, name in DATASETS.items()}
 
-# Fig. 5's left panel: the mean over these five (PROTOCOL.md, "The figures").
+# Fig. 5's left panel: the mean over these five (docs/protocol.md, "The figures").
 AVERAGE_5_DATASETS = ("imagenet", "cifar10", "cifar100", "pets", "flowers")
 AVERAGE_5 = "average-5"
 

@@ -14,7 +14,7 @@ from .helpers.configs import tiny_config
 
 
 def _numpy_ridge_predictions(train_x, train_y, test_x, num_classes, l2):
-    """PROTOCOL.md's recipe written independently: z-score with the k-shot statistics,
+    """docs/protocol.md's recipe written independently: z-score with the k-shot statistics,
     a constant feature of 100, ridge to {-1, 1}^K targets via lstsq on the augmented
     system, argmax."""
     mean, std = train_x.mean(0), train_x.std(0) + STD_EPS

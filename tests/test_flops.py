@@ -76,7 +76,7 @@ def test_params_match_paper_table1(name, paper_millions, tol):
 
 
 def test_vit_b16_macs_as_protocol():
-    # PROTOCOL.md: 17.58 G multiply-adds (with a 21k-class head), 224 exaFLOPs at 7 epochs
+    # docs/protocol.md: 17.58 G multiply-adds (with a 21k-class head), 224 exaFLOPs at 7 epochs
     c = flops.count("ViT-B/16", num_classes=21843)
     assert c.paper_macs / 1e9 == pytest.approx(17.58, abs=0.005)
     assert flops.pretrain_exaflops("ViT-B/16", 7 * 303e6) == pytest.approx(224, rel=0.01)
@@ -102,7 +102,7 @@ def test_table6_rows_within_tolerance_except_the_flagged():
     rows = flops.table6_check()
     assert len(rows) == len(table6()) == 18
     flagged = {(r.model, r.epochs) for r in rows if r.flag}
-    # PROTOCOL.md names exactly these two as the paper's own inconsistencies
+    # docs/protocol.md names exactly these two as the paper's own inconsistencies
     assert flagged == {("ViT-B/32", 7), ("R50x1+ViT-L/16", 7)}
     for r in rows:
         if not r.flag:

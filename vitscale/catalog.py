@@ -90,7 +90,7 @@ RESNET_WIDTHS: tuple[Fraction, ...] = (
     Fraction(4),
 )
 
-# Hybrid stages per total downsampling (PROTOCOL.md): /16 folds stage 4 into stage 3.
+# Hybrid stages per total downsampling (docs/protocol.md): /16 folds stage 4 into stage 3.
 HYBRID_STAGES: dict[int, tuple[int, ...]] = {16: (3, 4, 9), 32: (3, 4, 6, 3)}
 
 # Patch sizes the paper uses (32, 16; 14 for H) and 8 from later work; demo sizes use

@@ -39,7 +39,10 @@ FORMATS = {"timm": "pytorch_model.bin", "safetensors": "model.safetensors"}
 # timm's registered BiT ports (resnetv2_<depth>x<width>_bit): the only ResNets it can build.
 TIMM_BIT = {(50, 1), (50, 3), (101, 1), (101, 3), (152, 2), (152, 4)}
 TIMM_HYBRID = {16: "vit_base_r50_s16_224", 32: "vit_large_r50_s32_224"}  # trunk (3,4,9) / (3,4,6,3)
-NORMALISE = {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}  # pixels in [-1, 1] (PROTOCOL.md)
+NORMALISE = {
+    "mean": [0.5, 0.5, 0.5],
+    "std": [0.5, 0.5, 0.5],
+}  # pixels in [-1, 1] (docs/protocol.md)
 
 
 class ExportError(ValueError):

@@ -1,6 +1,6 @@
 """Analytic parameters, multiply-adds and pre-training compute per (model name, resolution).
 
-The convention (paper Table 6 and Fig. 5; ../shared/paper/PROTOCOL.md):
+The convention (paper Table 6 and Fig. 5; docs/protocol.md):
 
     exaFLOPs = examples seen x 3 (forward + backward) x 2 (FLOPs per multiply-add)
                x forward multiply-adds per image, / 1e18
@@ -246,7 +246,7 @@ class Table6Row:
         return self.ours / self.paper - 1.0
 
 
-# Agreement the convention reaches (PROTOCOL.md): ViT rows within 1%; the ResNet rows
+# Agreement the convention reaches (docs/protocol.md): ViT rows within 1%; the ResNet rows
 # within about 1-2% with padding-free counting, hybrids likewise.
 TOLERANCE = {"ViT": 0.01, "ResNet": 0.02, "Hybrid": 0.02}
 

@@ -1,4 +1,4 @@
-"""The paper's image transforms (PROTOCOL.md, "Pre-training" and "Transfer").
+"""The paper's image transforms (docs/protocol.md, "Pre-training" and "Transfer").
 
 - Training: Inception crop (random area 8-100%, aspect 3/4-4/3; Szegedy et al. 2015) to
   the target resolution, random horizontal flip, pixels scaled to [-1, 1].

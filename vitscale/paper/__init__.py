@@ -17,7 +17,7 @@ from importlib.resources import files
 
 __all__ = ["table5", "table6", "JFT_IMAGES", "TABLE5_FILE", "TABLE6_FILE"]
 
-# JFT-300M as the paper counts an epoch for Table 6 (PROTOCOL.md: "epochs x 303M images").
+# JFT-300M as the paper counts an epoch for Table 6 (docs/protocol.md: "epochs x 303M images").
 JFT_IMAGES = 303_000_000
 
 TABLE5_FILE = "table5_pretrain_dataset_vs_transfer.csv"
