@@ -38,8 +38,6 @@ from pathlib import Path
 from vitscale.errors import UserError
 from vitscale.record import STATUS_DONE
 
-__all__ = ["FigureOptions", "draw_figures", "paper_figures", "compute_metrics", "check_column"]
-
 
 @dataclass(frozen=True)
 class FigureOptions:

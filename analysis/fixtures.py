@@ -22,8 +22,6 @@ import numpy as np
 from vitscale import flops
 from vitscale import record as rf
 
-__all__ = ["MODELS", "SUBSETS", "DATASETS", "STEPS", "cell", "write_runs", "write_cell"]
-
 # Demo-sized models of each family (vitscale.catalog) and nested subset sizes.
 MODELS = (
     "ViT-Pico/8",

@@ -17,20 +17,6 @@ from vitscale.record import FINAL, finetune_key, parse_fewshot_key
 
 from .paper import AVERAGE_5, AVERAGE_5_DATASETS, DATASETS, dataset_name
 
-__all__ = [
-    "fewshot_metrics",
-    "finetune_metrics",
-    "transfer_metrics",
-    "average_name",
-    "add_average",
-    "average_parts",
-    "comparable",
-    "label",
-    "axis_label",
-    "short_label",
-    "metric_order",
-]
-
 _FINETUNE_PREFIX, _FINETUNE_SUFFIX = "finetune/", "/top1"
 _AVERAGE_PREFIX = "average("
 

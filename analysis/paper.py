@@ -28,17 +28,6 @@ from vitscale.paper import JFT_IMAGES, table5, table6
 from vitscale.record import STATUS_DONE, RunResult, finetune_key
 from vitscale.record.cells import cell_record, records_to_frame
 
-__all__ = [
-    "DATASETS",
-    "TABLE5_DATASETS",
-    "AVERAGE_5",
-    "AVERAGE_5_DATASETS",
-    "PRETRAIN_SIZES",
-    "table5_frame",
-    "table6_frame",
-    "dataset_name",
-]
-
 # Transfer dataset key (Table 6's column, our fine-tuning dataset name) -> display name.
 DATASETS = {
     "imagenet": "ImageNet",

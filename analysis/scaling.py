@@ -37,16 +37,6 @@ from scipy.optimize import least_squares
 
 from .frontier import pareto_frontier
 
-__all__ = [
-    "PowerLaw",
-    "PowerLawFit",
-    "fit_power_law",
-    "fit_frontier",
-    "fit_groups",
-    "plot_fit",
-    "PARAMS",
-]
-
 PARAMS = ("a", "b", "c", "d")
 _MIN_DISTINCT = len(PARAMS)
 # Evaluations per start: a good start converges in ~30-80; the rest are cut short (the

@@ -25,25 +25,6 @@ from matplotlib.lines import Line2D  # noqa: E402
 
 from vitscale.catalog import VIT_SIZES  # noqa: E402
 
-__all__ = [
-    "PALETTE",
-    "FAMILY_COLORS",
-    "FAMILY_LINESTYLES",
-    "FAMILIES",
-    "MARKERS",
-    "SINGLE_COLUMN",
-    "DOUBLE_COLUMN",
-    "FORMATS",
-    "paper_style",
-    "new_figure",
-    "size_key",
-    "size_markers",
-    "model_order",
-    "model_colors",
-    "legend_below",
-    "save",
-]
-
 # Okabe-Ito-like colour-blind palette (seaborn "colorblind").
 PALETTE: list[str] = sns.color_palette("colorblind").as_hex()
 FAMILIES = ("ViT", "ResNet", "Hybrid")  # paper order (Table 6)

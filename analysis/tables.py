@@ -25,8 +25,6 @@ from .figures._data import finished
 from .paper import AVERAGE_5, AVERAGE_5_DATASETS
 from .style import FAMILIES
 
-__all__ = ["table6", "to_markdown", "to_latex", "write", "KEYS"]
-
 KEYS = ("model", "family", "pretrain_dataset", "num_examples", "epochs")
 PAPER = " (paper)"
 

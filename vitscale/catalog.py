@@ -25,24 +25,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 
-__all__ = [
-    "VIT_SIZES",
-    "RESNET_LAYERS",
-    "RESNET_WIDTHS",
-    "HYBRID_STAGES",
-    "ViTSpec",
-    "ResNetSpec",
-    "HybridSpec",
-    "ModelSpec",
-    "parse",
-    "family",
-    "list_models",
-    "check_resolution",
-    "smallest_resolution",
-    "model_columns",
-    "same_padding",
-]
-
 
 @dataclass(frozen=True)
 class _Size:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import errno
 
-__all__ = ["UserError", "DiskFullError", "is_disk_full", "disk_full_message"]
-
 
 class UserError(Exception):
     """A problem with the user's input: printed as one message, no traceback, exit 2."""

@@ -33,8 +33,6 @@ from pathlib import Path
 from . import record as rf
 from .catalog import HybridSpec, ResNetSpec, ViTSpec, parse
 
-__all__ = ["FORMATS", "ExportError", "Export", "timm_config", "export_run"]
-
 FORMATS = {"timm": "pytorch_model.bin", "safetensors": "model.safetensors"}
 # timm's registered BiT ports (resnetv2_<depth>x<width>_bit): the only ResNets it can build.
 TIMM_BIT = {(50, 1), (50, 3), (101, 1), (101, 3), (152, 2), (152, 4)}

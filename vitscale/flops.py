@@ -30,8 +30,6 @@ from functools import lru_cache
 from .catalog import HybridSpec, ResNetSpec, ViTSpec, check_resolution, parse
 from .paper import JFT_IMAGES, table6
 
-__all__ = ["Count", "count", "pretrain_exaflops", "table6_check", "Table6Row"]
-
 TRAIN_MULTIPLIER = 3  # forward + backward (backward ~ 2x forward), paper convention
 FLOPS_PER_MAC = 2
 

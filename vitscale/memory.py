@@ -41,17 +41,6 @@ from functools import lru_cache
 from .catalog import HybridSpec, ResNetSpec, ViTSpec, check_resolution, parse, same_padding
 from .flops import count
 
-__all__ = [
-    "MemoryEstimate",
-    "saved_activation_bytes",
-    "measure_saved_bytes",
-    "estimate",
-    "fits",
-    "fit_micro_batch",
-    "usable_bytes",
-    "GiB",
-]
-
 GiB = 2**30
 PRECISIONS = ("fp32", "bf16")
 DEVICES = ("cuda", "cpu")

@@ -19,8 +19,6 @@ from .config import Config, ConfigError, cell_id, to_steps, validate
 from .config.rules import launch_problems, length_checks, subset_checks
 from .data import check_available, known_size
 
-__all__ = ["Plan", "plan", "dataset_size"]
-
 Launch = int | Callable[[Config], int | None] | None
 
 

@@ -20,8 +20,6 @@ from .catalog import parse
 from .flops import count
 from .paper import JFT_IMAGES, table6
 
-__all__ = ["DATASETS", "DEFAULT_EPOCHS", "Dataset", "Published", "published_compute"]
-
 PRETRAIN_RESOLUTION = 224  # every published ViT / BiT pre-training (paper Sec. 4.1; BiT)
 
 

@@ -17,18 +17,6 @@ from vitscale.record.cells import metric_columns
 from .. import style
 from . import AGGREGATES
 
-__all__ = [
-    "require",
-    "finished",
-    "aggregate",
-    "check_agg",
-    "hue_order",
-    "line_styles",
-    "log_x",
-    "two_lines",
-    "save",
-]
-
 
 def require(frame: pd.DataFrame, columns: Sequence[str]) -> None:
     """``ValueError`` naming the first missing column and the metric columns there are."""

@@ -23,8 +23,6 @@ from .. import metrics as M
 from .. import style
 from ._data import aggregate, check_agg, line_styles, log_x, require, save
 
-__all__ = ["plot", "figure", "write"]
-
 _MAX_COLUMNS = 4  # panels per row
 _SHORT_X = {M.axis_label(EXAMPLES_SEEN): "Examples seen"}
 

@@ -28,8 +28,6 @@ from .. import metrics as M
 from .. import paper, style
 from ._data import aggregate, check_agg, finished, line_styles, save
 
-__all__ = ["plot", "figure", "write", "write_paper", "paper_frame", "IMAGENET", "BAND_LABEL"]
-
 IMAGENET = finetune_key("imagenet")
 BAND_LABEL = "BiT ResNets (range)"
 _BAND_HALF_WIDTH = 0.3  # a band at a single dataset is drawn this wide either side

@@ -26,8 +26,6 @@ from .. import style
 from ..summary import fig4_steps
 from ._data import aggregate, check_agg, finished, line_styles, log_x, save
 
-__all__ = ["plot", "figure", "write", "SEED_RANGE"]
-
 SEED_RANGE = "seed-range"  # gid of the error bars' artists
 
 

@@ -34,8 +34,6 @@ from .. import paper, scaling, style
 from ..frontier import pareto_frontier
 from ._data import finished, hue_order, log_x, save, two_lines
 
-__all__ = ["Panel", "PAPER_PANELS", "paper_panels", "plot", "figure", "write", "write_paper"]
-
 X = "exaflops"
 PAPER_PANELS = ((paper.AVERAGE_5, "Average-5"), (finetune_key("imagenet"), "ImageNet"))
 REFERENCE_LABEL = "paper (Table 6)"

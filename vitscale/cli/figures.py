@@ -16,16 +16,6 @@ from pathlib import Path
 
 from ..errors import UserError
 
-__all__ = [
-    "configure_figures",
-    "run_figures",
-    "configure_fit",
-    "run_fit",
-    "configure_summary",
-    "run_summary",
-    "X_COLUMNS",
-]
-
 # --x of `vitscale fit`: the cost axis of the law.
 X_COLUMNS = {"exaflops": "exaflops", "examples": "num_examples", "examples_seen": "examples_seen"}
 

@@ -16,8 +16,6 @@ from pathlib import Path
 
 from ..errors import UserError
 
-__all__ = ["configure", "run"]
-
 
 def _target(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     p.add_argument(

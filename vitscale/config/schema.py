@@ -19,8 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WrapValidato
 from ..errors import UserError
 from .recipes import RECIPES
 
-__all__ = ["Config", "ConfigError", "check_types"]
-
 
 class ConfigError(UserError, ValueError):
     """One or more problems with a config; ``problems`` lists each message."""

@@ -11,8 +11,6 @@ from .registry import SOURCES, DatasetNotFoundError, default_root, parse_name
 from .subsets import SubsetSpec, subset_size
 from .synthetic.vocabulary import TASKS
 
-__all__ = ["known_size", "check_available"]
-
 
 def known_size(name: str, *, root: str | Path | None = None) -> int | None:
     """Size of the train split when known without reading the data (synthetic tasks and

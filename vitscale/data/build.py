@@ -14,8 +14,6 @@ from .subsets import balanced_order as _balanced_order
 from .synthetic.render import SyntheticImages
 from .synthetic.vocabulary import TASKS
 
-__all__ = ["build_dataset", "build_fewshot", "finetune_splits", "all_targets"]
-
 
 def _base(
     name: str,

@@ -21,8 +21,6 @@ from torch.utils.data import Dataset
 from .batch import collate, examples
 from .build import build_dataset
 
-__all__ = ["pick_examples", "sample_grid", "preview_image", "save_preview"]
-
 _MIN_TILE = 96  # pixels on screen: small images are enlarged (nearest neighbour)
 _GAP = 4
 _SCAN_BLOCK = 1 << 16

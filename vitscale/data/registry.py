@@ -38,19 +38,6 @@ from pathlib import Path
 
 from .synthetic.vocabulary import TASKS
 
-__all__ = [
-    "SPLITS",
-    "SourceInfo",
-    "SOURCES",
-    "FOLDER_KINDS",
-    "DatasetNotFoundError",
-    "DatasetFormatError",
-    "dataset_names",
-    "parse_name",
-    "default_root",
-    "describe_datasets",
-]
-
 SPLITS = ("train", "minitrain", "val", "test")
 FOLDER_KINDS = ("imagefolder", "multilabel", "shards")
 LABEL_FILE = "labels.tsv"

@@ -13,8 +13,6 @@ from __future__ import annotations
 import torch
 from torchvision.transforms import v2
 
-__all__ = ["train_transform", "eval_transform", "to_signed_float", "EVAL_RESIZE_RATIO"]
-
 EVAL_RESIZE_RATIO = 256 / 224
 INCEPTION_AREA = (0.08, 1.0)
 INCEPTION_RATIO = (3 / 4, 4 / 3)

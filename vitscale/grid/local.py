@@ -44,16 +44,6 @@ from ..record import LOG
 from .cellrun import EXIT_OK, EXIT_PREEMPTED, PARENT_ENV
 from .plan import Planned, prepare
 
-__all__ = [
-    "LOG",
-    "DEFAULT_STOP_TIMEOUT",
-    "Interrupted",
-    "cell_command",
-    "run_local",
-    "visible_gpus",
-    "gpu_groups",
-]
-
 _CELLRUN = [sys.executable, "-m", "vitscale.grid.cellrun"]
 _SERVE = [*_CELLRUN, "--serve"]
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

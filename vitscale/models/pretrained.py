@@ -33,16 +33,6 @@ from torch import nn
 from ..catalog import HybridSpec, ViTSpec, parse
 from .layouts import LayoutError, to_vitscale
 
-__all__ = [
-    "PretrainedError",
-    "Checkpoint",
-    "read_weights",
-    "read_checkpoint",
-    "pool_for",
-    "load_into",
-    "shape_error",
-]
-
 log = logging.getLogger(__name__)
 
 TORCH_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".tar")

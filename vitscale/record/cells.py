@@ -56,28 +56,6 @@ from .. import record as rf
 from ..catalog import model_columns
 from .result import RESULT_STATUSES, RunResult
 
-__all__ = [
-    "STATUS_RUNNING",
-    "STATUS_PENDING",
-    "STATUSES",
-    "BASE_COLUMNS",
-    "HISTORY_COLUMNS",
-    "CONFIG_PREFIX",
-    "Problem",
-    "RunFolderError",
-    "CellState",
-    "find_run_folders",
-    "cell_status",
-    "cell_state",
-    "cell_record",
-    "records_to_frame",
-    "load_runs",
-    "load_history",
-    "history_frame",
-    "to_percent",
-    "metric_columns",
-]
-
 # Statuses of a cell that has no result.json yet. "done" and "failed" are the trainer's
 # (vitscale.runfolder); the SLURM layer may refine "running" (queued, lost ...).
 STATUS_RUNNING = "running"

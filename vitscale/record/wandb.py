@@ -35,23 +35,6 @@ from urllib.parse import urlparse
 from ..catalog import model_columns
 from ..errors import UserError
 
-__all__ = [
-    "WandbError",
-    "DEFAULT_BASE_URL",
-    "IDENTITY",
-    "base_url",
-    "redact",
-    "has_api_key",
-    "wandb_mode",
-    "check_reachable",
-    "open_api",
-    "open_project",
-    "translated_errors",
-    "graphql",
-    "identity",
-    "run_name",
-]
-
 IDENTITY = ("family", "size", "patch")  # summary keys set when the run starts
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"

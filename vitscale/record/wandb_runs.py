@@ -37,8 +37,6 @@ from .cells import (
 from .keys import EXAFLOPS, EXAMPLES_SEEN, STEP
 from .result import STATUS_DONE, STATUS_FAILED, RunResult
 
-__all__ = ["load_wandb", "load_wandb_history", "load_wandb_offline", "run_state_status"]
-
 # W&B run states -> cell statuses, for runs whose summary has no "status" yet.
 _STATES = {
     "finished": STATUS_DONE,

@@ -39,8 +39,6 @@ from .run import Run, setup
 from .runtime import mfu, peak_flops
 from .signals import Preempted, PreemptionFlag
 
-__all__ = ["train", "TrainingFailed"]
-
 
 class TrainingFailed(RuntimeError):
     """The run stopped and was marked failed in result.json (e.g. a non-finite loss)."""

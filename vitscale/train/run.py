@@ -36,8 +36,6 @@ from .step import Step
 from .timing import Stopwatch
 from .tracking import Tracker
 
-__all__ = ["Run", "setup"]
-
 
 def _fresh_progress() -> dict[str, Any]:
     """What a checkpoint carries besides the weights, optimiser and schedule."""

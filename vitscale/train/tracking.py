@@ -24,8 +24,6 @@ from .. import record as rf
 from ..errors import DiskFullError, disk_full_message, is_disk_full
 from ..record.wandb import identity, run_name, wandb_mode
 
-__all__ = ["Tracker"]
-
 
 def _finite_or_none(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):

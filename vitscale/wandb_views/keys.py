@@ -21,8 +21,6 @@ from typing import Any
 
 from ..record import BEST
 
-__all__ = ["EXAFLOPS", "DEVICE_HOURS", "RESTARTS", "STATUS", "best", "SpecKeys", "spec_keys"]
-
 # Summary keys the views show: RunResult's field names.
 EXAFLOPS = "pretrain_exaflops"  # total pre-training compute, paper convention (Fig. 5's x)
 DEVICE_HOURS = "device_hours"

@@ -29,16 +29,6 @@ from typing import Any
 from . import keys as K
 from .study import Study, StudyError
 
-__all__ = [
-    "ReportAssets",
-    "build_assets",
-    "build_report",
-    "report_spec",
-    "log_assets",
-    "ASSETS_JOB_TYPE",
-    "TABLE_KEY",
-]
-
 ASSETS_JOB_TYPE = "report"
 TABLE_KEY = "table6"
 FIGURE_PREFIX = "figures/"

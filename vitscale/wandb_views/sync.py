@@ -21,8 +21,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["OfflineRun", "find_offline_runs", "SYNCED_SUFFIX", "upload"]
-
 SYNCED_SUFFIX = ".synced"  # wandb's mark of an uploaded offline run
 
 

@@ -30,15 +30,6 @@ from ..record.wandb import IDENTITY
 from . import keys as K
 from .study import Study
 
-__all__ = [
-    "build_workspace",
-    "workspace_spec",
-    "model_colors",
-    "fig4_panels",
-    "fig5_panels",
-    "stable_ids",
-]
-
 # Shades per family, dark to light (the figures' colour-blind palette hues).
 _SHADES = {
     "ViT": ["#0173b2", "#56b4e9", "#023e7d", "#4c9be8", "#0a5591", "#8cc8f0"],

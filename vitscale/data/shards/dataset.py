@@ -42,8 +42,6 @@ from .index import (
 from .order import WindowedOrder
 from .read import Labels, SampleError, ShardReader, decode, image_of, labels_of
 
-__all__ = ["DEFAULT_WINDOW", "ShardSet", "ShardStream", "load_shards"]
-
 DEFAULT_WINDOW = 16  # shards shuffled together (data.shuffle_shards unset)
 _AUGMENT = 0x5A4D_A0C0
 _SKIP_HINT = (

@@ -51,26 +51,6 @@ import numpy as np
 from ..registry import DatasetFormatError, DatasetNotFoundError
 from ..subsets import SeededPermutation, SubsetSpec, subset_size
 
-__all__ = [
-    "INDEX_FILE",
-    "FORMAT",
-    "VERSION",
-    "IMAGE_EXTS",
-    "LABEL_EXTS",
-    "Shard",
-    "ShardIndex",
-    "Selection",
-    "parse_location",
-    "load_index",
-    "split_shards",
-    "check_shards",
-    "select",
-    "expand_pattern",
-    "write_index",
-    "describe",
-    "format_description",
-]
-
 INDEX_FILE = "index.json"
 FORMAT = "vitscale-shards"
 VERSION = 1

@@ -41,11 +41,10 @@ from typing import Any
 
 import numpy as np
 
+from ...config.counts import parse_count
 from ..registry import DatasetFormatError, parse_name
-from ..subsets import SeededPermutation, parse_count
+from ..subsets import SeededPermutation
 from .index import IMAGE_EXTS, INDEX_FILE, Shard, expand_pattern, write_index
-
-__all__ = ["SHARD_ORDER_SEED", "PLAN_FILE", "shard_dataset", "index_shards", "ShardingError"]
 
 SHARD_ORDER_SEED = 0x5A4D_5EED
 PLAN_FILE = ".shard-plan.json"

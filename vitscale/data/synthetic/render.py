@@ -46,8 +46,6 @@ from . import _fused
 from . import scene as sc
 from .vocabulary import GLYPH_GRID, TASKS, TEXTURES, WORLD_SEED, SyntheticTask, glyph_bank
 
-__all__ = ["SyntheticImages", "render", "MIN_SIZE", "MAX_SIZE"]
-
 MIN_SIZE, MAX_SIZE = 32, 224
 _SPLIT_STREAM = {"train": 0, "val": 1, "test": 2}
 # Render in chunks of about this many pixels: large enough to amortise per-op overhead,
