@@ -1,17 +1,5 @@
-"""The run folder on disk: file names, atomic writes, metrics rows, checkpoints.
-
-A run folder ``runs/<grid>/<cell-id>/`` holds (docs/design.md, "The run folder"):
-
-- ``config.json``: the resolved config, written before training starts;
-- ``metrics.jsonl``: one JSON object per logged step (rank 0 only), always with ``step``,
-  ``examples_seen``, ``train/loss``, ``lr``, ``compute/exaflops``; evaluation rows add
-  ``fewshot/<dataset>/<k>shot`` (mean over sampling seeds), ``upstream/top1`` ...
-  (metric names: :mod:`vitscale.record.keys`);
-- ``result.json``: written last and atomically (:class:`vitscale.record.result.RunResult`);
-- ``checkpoints/``: the latest complete training state.
-
-Imports no torch.
-"""
+"""The run folder on disk (docs/design.md, "The run folder"): file names, atomic writes,
+metrics rows, checkpoints. Imports no torch."""
 
 from __future__ import annotations
 
@@ -40,7 +28,6 @@ __all__ = [
     "iter_metrics",
     "checkpoint_step",
     "complete_checkpoints",
-    "is_run_folder",
 ]
 
 CONFIG = "config.json"
@@ -139,7 +126,3 @@ def complete_checkpoints(directory: str | os.PathLike) -> list[Path]:
         and (p / CHECKPOINT_STATE).is_file()
     ]
     return sorted(found, key=checkpoint_step)
-
-
-def is_run_folder(path: str | os.PathLike) -> bool:
-    return (Path(path) / CONFIG).is_file()
