@@ -72,7 +72,7 @@ RESNET_WIDTHS: tuple[Fraction, ...] = (
     Fraction(4),
 )
 
-# Hybrid stages per total downsampling (PROTOCOL.md): /16 folds stage 4 into stage 3.
+# Hybrid stages per total downsampling (docs/protocol.md): /16 folds stage 4 into stage 3.
 HYBRID_STAGES: dict[int, tuple[int, ...]] = {16: (3, 4, 9), 32: (3, 4, 6, 3)}
 
 # Patch sizes the paper uses (32, 16; 14 for H) and 8 from later work; demo sizes use
@@ -314,9 +314,7 @@ def model_columns(name: str) -> tuple[str, str, int | None]:
     ResNets. ``ValueError`` for an unknown name."""
     spec = parse(name)
     if isinstance(spec, ResNetSpec):
-        width = spec.width
-        w = str(width.numerator) if width.denominator == 1 else str(float(width))
-        return spec.family, f"R{spec.depth}x{w}", None
+        return spec.family, f"R{spec.depth}x{_fmt_width(spec.width)}", None
     if isinstance(spec, HybridSpec):
         return spec.family, spec.vit.size, spec.downsample
     return spec.family, spec.size, spec.patch

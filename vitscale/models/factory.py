@@ -190,31 +190,22 @@ def load_pretrained(
     ckpt = read_checkpoint(name, source)
     if image_size is None:
         image_size = ckpt.image_size or 224
-    if head == "drop":
-        if num_classes is None:
-            raise ValueError("head='drop' starts a new classifier: give num_classes")
-        return _build(
-            ckpt,
-            num_classes=num_classes,
-            image_size=image_size,
-            head="finetune",
-            pool=pool,
-            dropout=dropout,
-            keep_classifier=False,
-        )
-    if ckpt.num_classes is None:
+    keep = head == "keep"
+    if not keep and num_classes is None:
+        raise ValueError("head='drop' starts a new classifier: give num_classes")
+    if keep and ckpt.num_classes is None:
         raise PretrainedError(
             f"{ckpt.source} has no classifier to keep; load it with head='drop' and num_classes"
         )
-    if num_classes is not None and num_classes != ckpt.num_classes:
+    if keep and num_classes is not None and num_classes != ckpt.num_classes:
         w = ckpt.state["head.classifier.weight"]
         raise shape_error(ckpt, "head.classifier.weight", w.shape, (num_classes, w.shape[1]))
     return _build(
         ckpt,
-        num_classes=ckpt.num_classes,
+        num_classes=ckpt.num_classes if keep else num_classes,
         image_size=image_size,
-        head="pretrain",
+        head="pretrain" if keep else "finetune",
         pool=pool,
         dropout=dropout,
-        keep_classifier=True,
+        keep_classifier=keep,
     )
