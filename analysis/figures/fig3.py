@@ -1,9 +1,5 @@
-"""Fig. 3, "Transfer to ImageNet".
-
-ViT-B/32, B/16, L/32, L/16 and H/14 pre-trained on ImageNet, ImageNet-21k and JFT-300M,
-then fine-tuned on ImageNet; a grey band shows the range of the BiT ResNets. The points
-are the paper's Table 5 (:func:`paper_frame`): on the smallest pre-training set the
-large ViTs lose to the base ones, with more data they overtake.
+"""Fig. 3, "Transfer to ImageNet" (docs/protocol.md, "The figures"); the paper's points are
+its Table 5 (:func:`paper_frame`).
 
 From runs: the x axis has one position per pre-training dataset, ordered by size; each
 non-ResNet model is a line and the ResNets form the band (their lowest to highest

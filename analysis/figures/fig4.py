@@ -1,9 +1,7 @@
-"""Fig. 4, "Linear few-shot evaluation on ImageNet versus pre-training size".
+"""Fig. 4, "Linear few-shot evaluation on ImageNet versus pre-training size"
+(docs/protocol.md, "The figures").
 
-The paper pre-trains on random JFT subsets of 9M, 30M, 90M and 300M images with the same
-hyper-parameters and steps, and reports each model's best ImageNet 5-shot accuracy seen
-during training (early stopping); ResNets win on the small subsets, ViTs from 90M on.
-Here: any few-shot metric of the cells frame (its ``best`` value, the same early
+Here: any few-shot metric of the cells frame (its ``best`` value, the paper's early
 stopping) against the pre-training dataset size on a log axis, one line per model (ViT
 solid, ResNet dashed, hybrid dash-dotted) or per value of any column (``hue``), cells
 sharing a line and a size (seeds) combined by ``agg``, with the range over them (max -

@@ -1,10 +1,5 @@
-"""Fig. 5, "Performance versus pre-training compute".
-
-x = total pre-training exaFLOPs (log), y = transfer accuracy; the paper's left panel is
-the average over ImageNet, CIFAR-10, CIFAR-100, Pets and Flowers ("average-5"), the
-right one ImageNet, and the points are Table 6 (:func:`paper_panels`). Message: ViT
-needs 2-4x less compute than a ResNet for the same accuracy; hybrids help at small
-budgets only.
+"""Fig. 5, "Performance versus pre-training compute" (docs/protocol.md, "The figures"); the
+paper's points are its Table 6 (:func:`paper_panels`).
 
 Each panel draws every finished cell as a point (colour = family or another ``hue``
 column, marker = model size), the Pareto frontier of each colour group

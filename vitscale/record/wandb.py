@@ -1,10 +1,8 @@
 """A cell's W&B run as the record's mirror: connecting to the server, the names a run is
 given, and the W&B mode a run uses.
 
-One W&B run per cell (docs/design.md, "W&B"): run id = cell id, group = grid name, config =
-the resolved config, history = the metrics.jsonl rows, summary = result.json
-(:meth:`vitscale.record.result.RunResult.to_summary`) plus, from the start of the run,
-the model's :func:`identity` for the run table.
+One W&B run per cell (docs/design.md, "The run folder"); its summary also holds, from
+the start of the run, the model's :func:`identity` for the run table.
 
 Reading from a server goes through :func:`open_api` / :func:`open_project`, which check,
 in order, that
@@ -229,8 +227,7 @@ def identity(model: str) -> dict[str, Any]:
     """``family``, ``size`` and ``patch`` of a model name, as the analysis frames have them
     (:func:`vitscale.catalog.model_columns`); ``patch`` only where the model has one: the
     summary keys a cell's W&B run holds from its start, for the run table."""
-    family, size, patch = model_columns(model)
-    return {k: v for k, v in zip(IDENTITY, (family, size, patch), strict=True) if v is not None}
+    return {k: v for k, v in zip(IDENTITY, model_columns(model), strict=True) if v is not None}
 
 
 def run_name(config: Mapping[str, Any], cell_id: str) -> str:

@@ -63,7 +63,7 @@ def _public(mapping: Mapping) -> dict[str, Any]:
     return {k: v for k, v in mapping.items() if not str(k).startswith("_")}
 
 
-def _row(run_id, group, config, summary, state, *, source: str, path: str) -> dict[str, Any]:
+def _row(run_id, group, config, summary, state, *, path: str) -> dict[str, Any]:
     config = _public(config)
     summary = _public(summary)
     status = run_state_status(summary, state)
@@ -71,7 +71,7 @@ def _row(run_id, group, config, summary, state, *, source: str, path: str) -> di
     if status in (STATUS_DONE, STATUS_FAILED):  # a crashed run's summary may say no status
         result = RunResult.from_summary(summary | {"status": status})
     return cell_record(
-        config, result, status=status, source=source, path=path, grid=group, cell_id=run_id
+        config, result, status=status, source="wandb", path=path, grid=group, cell_id=run_id
     )
 
 
@@ -105,7 +105,6 @@ def load_wandb(
                     dict(run.config),
                     dict(run.summary_metrics),
                     getattr(run, "state", None),
-                    source="wandb",
                     path=where,
                 )
             )
@@ -201,7 +200,6 @@ def load_wandb_offline(
                 summary.get("config") or {},
                 summary.get("summary") or {},
                 state,
-                source="wandb",
                 path=str(run_file),
             )
         except ValueError as e:
