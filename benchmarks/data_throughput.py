@@ -32,16 +32,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.throughput import make_step  # noqa: E402
 from vitscale.data import build_dataset, build_loader  # noqa: E402
 from vitscale.data.synthetic.render import render  # noqa: E402
 from vitscale.data.synthetic.vocabulary import TASKS, UPSTREAM  # noqa: E402
 from vitscale.models import create_model  # noqa: E402
 
 REQUIRED_RATIO = 10.0
+CPU = torch.device("cpu")
 MODELS = ("ViT-Femto/16", "ViT-Pico/16", "ViT-Pico/8", "BiT-R11x0.5", "BiT-R20x0.5")
 
 
@@ -82,24 +83,6 @@ class LoaderBench:
         next(self.batches)
 
 
-class TrainStepBench:
-    """One AdamW training step of a registry model on a fixed batch (images already made)."""
-
-    def __init__(self, name: str, *, size: int, batch: int) -> None:
-        torch.manual_seed(0)
-        self.model = create_model(name, num_classes=TASKS[UPSTREAM].num_classes, image_size=size)
-        self.model.train()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
-        self.images = torch.randn(batch, 3, size, size)
-        self.targets = torch.randint(0, TASKS[UPSTREAM].num_classes, (batch,))
-
-    def __call__(self) -> None:
-        loss = F.cross_entropy(self.model(self.images), self.targets)
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[32, 64, 128, 224])
@@ -130,9 +113,13 @@ def main(argv: list[str] | None = None) -> int:
             LoaderBench(size, args.loader_batch),
             args.loader_batch,
         )
+    kw = dict(image_size=args.model_size, num_classes=TASKS[UPSTREAM].num_classes)
     for name in args.models:
-        bench = TrainStepBench(name, size=args.model_size, batch=args.model_batch)
-        benches[("consume", f"{name} train step", args.model_size)] = (bench, args.model_batch)
+        torch.manual_seed(0)
+        step = make_step(
+            create_model(name, **kw), batch=args.model_batch, device=CPU, precision="fp32", **kw
+        )
+        benches[("consume", f"{name} train step", args.model_size)] = (step, args.model_batch)
 
     samples: dict[tuple[str, str, int], list[float]] = {k: [] for k in benches}
     for _ in range(args.rounds):

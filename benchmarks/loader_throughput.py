@@ -46,6 +46,7 @@ the same step on tensors already on the GPU.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -224,28 +225,23 @@ def train_step_rates(shards: Path, workers: int, *, steps: int) -> dict:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    def images_per_s(batches) -> float:  # after 3 warm-up steps
+        for _ in range(3):
+            step(*next(batches))
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(steps):
+            step(*next(batches))
+        torch.cuda.synchronize()
+        return steps * batch / (time.perf_counter() - t)
+
     x = torch.randn(batch, 3, SIZE, SIZE, device="cuda")
     y = torch.randint(0, 1000, (batch,), device="cuda")
-    for _ in range(3):
-        step(x, y)
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(steps):
-        step(x, y)
-    torch.cuda.synchronize()
-    resident = steps * batch / (time.perf_counter() - t)
+    resident = images_per_s(itertools.repeat((x, y)))
     ds = build_dataset(f"shards:{shards}", "train", image_size=SIZE)
-    it = iter(build_loader(ds, batch_size=batch, seed=0, num_workers=workers))
-    for _ in range(3):
-        xb, yb = next(it)
-        step(xb.cuda(non_blocking=True), yb.cuda(non_blocking=True))
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(steps):
-        xb, yb = next(it)
-        step(xb.cuda(non_blocking=True), yb.cuda(non_blocking=True))
-    torch.cuda.synchronize()
-    return {"resident": resident, "loader": steps * batch / (time.perf_counter() - t)}
+    loader = build_loader(ds, batch_size=batch, seed=0, num_workers=workers)
+    on_gpu = ((xb.cuda(non_blocking=True), yb.cuda(non_blocking=True)) for xb, yb in loader)
+    return {"resident": resident, "loader": images_per_s(on_gpu)}
 
 
 def main() -> None:
