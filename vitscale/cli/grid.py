@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import UserError
+from .train import add_overrides
 
 
 def configure_grid(p: argparse.ArgumentParser) -> None:
@@ -38,13 +39,9 @@ def configure_grid(p: argparse.ArgumentParser) -> None:
         help="local: after Ctrl-C (or SIGTERM), how long the running cells get to checkpoint "
         "before they are stopped at once (default 300; a second Ctrl-C does it sooner)",
     )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key in every cell, e.g. --set train.steps=10 (repeatable; "
+    add_overrides(
+        p,
+        "override a config key in every cell, e.g. --set train.steps=10 (repeatable; "
         "changes the cell ids)",
     )
 

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import UserError
+from .train import add_overrides
 
 
 def _target(p: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -42,14 +43,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     _target(d)
     d.add_argument("--name", help="the view's name (default: 'vitscale: <grid>')")
-    d.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="with a grid file: the same overrides the grid was run with (they change "
-        "cell ids, hence run colours)",
+    add_overrides(
+        d,
+        "with a grid file: the same overrides the grid was run with (they change cell ids, "
+        "hence run colours)",
     )
     d.add_argument("--dry-run", action="store_true", help="print the workspace as JSON; no network")
 
