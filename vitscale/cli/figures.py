@@ -197,9 +197,6 @@ def run_figures(args: argparse.Namespace) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- fit
-
-
 def configure_fit(p: argparse.ArgumentParser) -> None:
     _add_runs(p)
     p.add_argument(
@@ -275,9 +272,6 @@ def run_fit(args: argparse.Namespace) -> int:
     if not results:
         raise UserError(f"no group could be fitted ({'; '.join(failures.values())})")
     return 0
-
-
-# --------------------------------------------------------------------------- summary
 
 
 def configure_summary(p: argparse.ArgumentParser) -> None:

@@ -124,9 +124,6 @@ def _reason(error: ValueError) -> str:
     return str(error).strip().splitlines()[0]
 
 
-# --------------------------------------------------------------------------- dashboard
-
-
 def _dashboard(args: argparse.Namespace) -> int:
     from ..record.wandb import open_project
     from ..wandb_views.remote import save_workspace
@@ -149,9 +146,6 @@ def _dashboard(args: argparse.Namespace) -> int:
         f"{'updated' if updated else 'created'} workspace {workspace.name!r} ({len(study.cells)} cells): {url}"
     )
     return 0
-
-
-# --------------------------------------------------------------------------- report
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -188,9 +182,6 @@ def _report(args: argparse.Namespace) -> int:
         url, updated = publish_report(report, assets, api, directory=Path(tmp))
     print(f"{'updated' if updated else 'published'} report {report.title!r}: {url}")
     return 0
-
-
-# --------------------------------------------------------------------------- sync
 
 
 def _sync(args: argparse.Namespace) -> int:

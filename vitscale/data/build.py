@@ -81,26 +81,11 @@ def build_dataset(
     indices, or float multi-hot vectors when ``dataset.multilabel``. The dataset also has
     ``name``, ``classes``, ``num_classes``, ``multilabel`` and ``targets_of(indices)``.
 
-    Args:
-        name: a registry name (:func:`vitscale.data.registry.dataset_names`), e.g.
-            ``"synthetic"``, ``"synthetic-glyphs"``, ``"cifar10"``, ``"imagefolder:/data/x"``.
-        split: ``"train"``, ``"minitrain"``, ``"val"`` or ``"test"`` (see the registry).
-        root: where a torchvision set or ImageNet lives (default ``$VITSCALE_DATA``
-            or ``./data``); folder sources carry their path in the name.
-        image_size: output resolution, any size (synthetic: 32 to 224).
-        subset: a count, fraction or paper-style size (``"9M"``) of the split: a prefix of
-            ``SeededPermutation(len(split), seed)``, so smaller subsets nest in larger ones
-            (paper Fig. 4). ``None``: the whole split.
-        class_balanced: order the subset class-balanced (needs per-example labels, so real
-            sources only; the synthetic classes are balanced by construction).
-        augment: training augmentation (Inception crop + flip) instead of the evaluation
-            resize + centre crop; default: on for train and minitrain of real sources.
-        download: let torchvision fetch CIFAR, Pets or Flowers into ``root``.
-        shuffle_shards, skip_bad_samples: sharded sources only
-            (:mod:`vitscale.data.shards.dataset`): shards shuffled together in the pre-training
-            stream, and bad examples replaced instead of stopping the run. A sharded
-            subset is whole shards in a seeded order plus a count
-            (:func:`vitscale.data.shards.index.select`), recorded in ``dataset.selection``.
+    ``name`` and ``split`` are the registry's (:mod:`vitscale.data.registry`); ``root``,
+    ``subset``, ``class_balanced``, ``download``, ``shuffle_shards`` and
+    ``skip_bad_samples`` mean what the ``data.*`` config keys of those names do
+    (docs/config.md). ``augment``: Inception crop + flip instead of the evaluation resize +
+    centre crop; default: on for train and minitrain of real sources.
     """
     if parse_name(name)[0] == "shards":
         from .shards.dataset import load_shards

@@ -37,21 +37,12 @@ def create_model(
 ) -> nn.Module:
     """Build the model a registry name describes (see :mod:`vitscale.catalog`).
 
-    ``pool`` is ``"token"`` (class token, the paper's ViT default) or ``"gap"`` (global
-    average pooling); ``None`` picks the family's paper default: token for ViT and
-    hybrids, gap for BiT, which has no other. ``dropout`` applies to ViT encoders (paper
-    Table 3: 0.1 on ImageNet and ImageNet-21k, 0 on JFT); BiT uses none.
-
-    ``pre_logits`` is the pre-training head's hidden tanh layer (paper Sec. 3.1: "a MLP
-    with one hidden layer at pre-training time"); ``None`` picks the paper's default, on
-    for ViT and hybrids; ``False`` gives a linear pre-training head, as BiT has and as
-    big_vision's ViT defaults to (``rep_size=False``). Fine-tuning heads never have it.
-
-    ``pretrained``: a checkpoint file (or timm / Hugging Face model folder, or a state
-    dict) in any layout :func:`~vitscale.models.load_pretrained` reads. Every trunk weight
-    must match; the pre-logits layer follows the checkpoint; its classifier is kept when
-    it has ``num_classes`` outputs over the same features, else a fresh one is initialised
-    as the paper's (timm's convention for a new label set).
+    ``pool``, ``dropout``, ``pre_logits`` and ``pretrained`` mean what the ``model.*``
+    config keys of those names do (docs/config.md); a ``pool`` or ``pre_logits`` of ``None``
+    picks the family's paper default. A ``pretrained`` checkpoint (or state dict) must
+    match every trunk weight; the pre-logits layer follows the checkpoint; its classifier
+    is kept when it has ``num_classes`` outputs over the same features, else a fresh one is
+    initialised as the paper's (timm's convention for a new label set).
     """
     if pretrained is not None:
         return build_pretrained(

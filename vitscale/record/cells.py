@@ -127,9 +127,6 @@ class CellState:
     best: dict[str, float] = field(default_factory=dict)
 
 
-# --------------------------------------------------------------------------- units
-
-
 def to_percent(key: str, value: Any) -> Any:
     """Fraction -> percent for accuracy metrics (runfolder.is_accuracy); others unchanged."""
     if value is None or isinstance(value, bool) or not isinstance(value, int | float):

@@ -119,8 +119,6 @@ class Run:
             "time_s": dict(self.watch.totals),
         }
 
-    # --------------------------------------------------------------- resume
-
     def resume(self) -> None:
         """Restore the newest checkpoint that reads back whole (a corrupted latest falls
         back to the one before); none readable: the cell fails, saying which."""
@@ -273,9 +271,6 @@ class Run:
                 checkpoint.prune(self.run_dir / rf.CHECKPOINTS, keep=1)
         self.tracker.close(failed=failed)
         return result
-
-
-# ------------------------------------------------------------------- setup
 
 
 def setup(config: dict | Config | Plan, run_dir: Path, preemption: PreemptionFlag) -> Run:

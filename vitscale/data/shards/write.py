@@ -183,13 +183,6 @@ def _open_split(
     return _Split(len(ds), read_files, ds.classes, ds.multilabel, crop=True)
 
 
-# --------------------------------------------------------------------------- plan
-
-
-def _plan(src: str, splits: dict[str, int], args: dict[str, Any]) -> dict[str, Any]:
-    return {"version": PLAN_VERSION, "source": src, "sizes": splits, **args}
-
-
 def _shard_name(split: str, j: int) -> str:
     return f"{split}-{j:06d}.tar"
 
@@ -341,13 +334,16 @@ def shard_dataset(
     kwargs = dict(root=root, download=download, image_size=image_size, shorter_side=shorter_side)
     splits = {s: _open_split(src, s, **kwargs) for s in ("train", "test")}
     sizes = _sizes(src, splits, cap)
-    settings = {
+    plan = {
+        "version": PLAN_VERSION,
+        "source": src,
+        "sizes": sizes,
         "shard_size": shard_size,
         "image_size": None if splits["train"].crop else image_size,  # rendered (synthetic)
         "shorter_side": shorter_side,
         "order_seed": SHARD_ORDER_SEED,
     }
-    _check_dest(dest, _plan(src, sizes, settings))
+    _check_dest(dest, plan)
     for stale in dest.glob(".*.tmp-*"):  # a killed run's unfinished shard
         stale.unlink()
     jobs, done = _jobs(dest, splits, sizes, shard_size)
