@@ -8,8 +8,7 @@
   selects, prefixes of one seeded permutation so smaller subsets nest in larger ones;
 - :func:`fewshot_indices`, :func:`finetune_splits`: transfer samples and held-out slices;
 - :func:`build_loader`: the exact, resumable pre-training stream of :class:`Batch` es,
-  split across processes, for every source;
-- :func:`save_preview`: a PNG grid of samples with their class names.
+  split across processes, for every source.
 
 The registry (:mod:`vitscale.data.registry`) and subsets (:mod:`vitscale.data.subsets`)
 import no torch.
@@ -29,7 +28,6 @@ _EXPORTS = {
     "finetune_splits": "build",
     "known_size": "available",
     "check_available": "available",
-    "all_targets": "build",
     "build_loader": "stream",
     "dataset_names": "registry",
     "DatasetNotFoundError": "registry",
@@ -40,9 +38,6 @@ _EXPORTS = {
     "fewshot_indices": "subsets",
     "holdout_split": "subsets",
     "parse_subset": "subsets",
-    "describe_datasets": "registry",
-    "preview_image": "preview",
-    "save_preview": "preview",
 }
 
 __all__ = list(_EXPORTS)

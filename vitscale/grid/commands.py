@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
-from ..catalog import parse
+from ..catalog import model_columns
 from .cost import cell_cost
 from .placement import Placement, apply_placements, place_grid
 from .plan import plan
@@ -17,12 +18,8 @@ from .status import collect, format_table
 
 
 def _patch(name: str) -> str:
-    spec = parse(name)
-    if spec.family == "ViT":
-        return str(spec.patch)
-    if spec.family == "Hybrid":
-        return f"/{spec.downsample}"
-    return "-"
+    family, _, patch = model_columns(name)  # a hybrid's: its total downsampling
+    return "-" if patch is None else f"/{patch}" if family == "Hybrid" else str(patch)
 
 
 def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_json: bool) -> int:
@@ -237,9 +234,7 @@ def grid(
 
 
 def _print_plan(planned) -> None:
-    counts: dict[str, int] = {}
-    for p in planned:
-        counts[p.action] = counts.get(p.action, 0) + 1
+    counts = Counter(p.action for p in planned)
     print(", ".join(f"{n} {a}" for a, n in sorted(counts.items())))
 
 
