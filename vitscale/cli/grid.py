@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import UserError
+from ..errors import user_errors
 from .train import add_overrides
 
 
@@ -51,7 +51,7 @@ def run_grid(args: argparse.Namespace) -> int:
 
     from ..grid import commands
 
-    try:
+    with user_errors(ValueError):
         return commands.grid(
             Path(args.file),
             runs_root=Path(args.runs),
@@ -65,8 +65,6 @@ def run_grid(args: argparse.Namespace) -> int:
             wait=args.wait,
             stop_timeout=args.stop_timeout,
         )
-    except ValueError as e:
-        raise UserError(str(e)) from None
 
 
 def configure_status(p: argparse.ArgumentParser) -> None:
@@ -82,7 +80,5 @@ def run_status(args: argparse.Namespace) -> int:
 
     from ..grid import commands
 
-    try:
+    with user_errors(FileNotFoundError):
         return commands.status([Path(p) for p in args.runs], shots=args.shots, as_json=args.json)
-    except FileNotFoundError as e:
-        raise UserError(str(e)) from None

@@ -1,8 +1,6 @@
-"""``vitscale wandb dashboard | report | sync``: argument set-up and handlers.
-
-Nothing heavy is imported until a handler runs. Every handler checks its input and builds what it will send
-locally first (``--dry-run`` stops there and prints it as JSON), then checks W&B (key,
-network, project, runs: :mod:`.remote`), then writes in one call. Any of these failing
+"""``vitscale wandb dashboard | report | sync``. Every handler checks its input and builds
+what it will send locally first (``--dry-run`` stops there and prints it as JSON), then
+checks W&B (key, network, project, runs), then writes in one call. Any of these failing
 is one line on stderr and exit code 2; API keys never appear in what is printed.
 """
 
@@ -14,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import UserError
+from ..errors import UserError, user_errors
 from .train import add_overrides
 
 
@@ -192,10 +190,8 @@ def _sync(args: argparse.Namespace) -> int:
     from ..wandb_views.sync import find_offline_runs, upload
 
     _check_target(args)
-    try:
+    with user_errors(FileNotFoundError):
         folders, _ = find_run_folders(args.runs)
-    except FileNotFoundError as e:
-        raise UserError(str(e)) from None
     if not folders:
         raise UserError(f"no run folders under {' '.join(args.runs)}")
     runs = find_offline_runs(folders)
