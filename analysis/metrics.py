@@ -13,11 +13,10 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from vitscale.record import FINAL, finetune_key, parse_fewshot_key
+from vitscale.record import FINAL, finetune_key, parse_fewshot_key, parse_finetune_key
 
 from .paper import AVERAGE_5, AVERAGE_5_DATASETS, DATASETS, dataset_name
 
-_FINETUNE_PREFIX, _FINETUNE_SUFFIX = "finetune/", "/top1"
 _AVERAGE_PREFIX = "average("
 
 
@@ -28,9 +27,7 @@ def _present(frame: pd.DataFrame, column: str) -> bool:
 def _dataset(metric: str) -> str | None:
     if parsed := parse_fewshot_key(metric):
         return parsed[0]
-    if metric.startswith(_FINETUNE_PREFIX) and metric.endswith(_FINETUNE_SUFFIX):
-        return metric[len(_FINETUNE_PREFIX) : -len(_FINETUNE_SUFFIX)]
-    return None
+    return parse_finetune_key(metric)
 
 
 def metric_order(metric: str) -> tuple:
@@ -54,16 +51,8 @@ def fewshot_metrics(frame: pd.DataFrame, *, shots: int | None = None) -> list[st
 
 def finetune_metrics(frame: pd.DataFrame) -> list[str]:
     """Fine-tuning accuracy columns with any value."""
-    return sorted(
-        (
-            c
-            for c in frame.columns
-            if c.startswith(_FINETUNE_PREFIX)
-            and c.endswith(_FINETUNE_SUFFIX)
-            and _present(frame, c)
-        ),
-        key=metric_order,
-    )
+    found = (c for c in frame.columns if parse_finetune_key(c) and _present(frame, c))
+    return sorted(found, key=metric_order)
 
 
 def transfer_metrics(frame: pd.DataFrame, *, shots: int = 5) -> list[str]:

@@ -35,8 +35,9 @@ def main() -> int:
     args = p.parse_args()
 
     t0 = time.perf_counter()
-    from analysis import cli, fixtures
+    from analysis import fixtures
     from analysis.figures import fig3, fig4, fig5  # noqa: F401  (import cost, measured here)
+    from vitscale.cli import figures as cli
     from vitscale.record.cells import load_runs
 
     t_import = time.perf_counter() - t0
