@@ -1,10 +1,5 @@
-"""``vitscale export RUN_DIR``: a cell's weights as a timm model folder.
-
-The folder is what timm's ``local-dir:`` source reads, so a trained cell drops into any
-timm pipeline::
-
-    vitscale export runs/fig4/3f9c0a1b2d --format safetensors --out exported/
-    model = timm.create_model("local-dir:exported/", pretrained=True)
+"""``vitscale export RUN_DIR``: a cell's weights as the model folder timm's ``local-dir:``
+source reads (``timm.create_model("local-dir:DIR", pretrained=True)``):
 
 - ``config.json``: timm's model config (architecture, ``model_args`` that rebuild our
   exact shape, input size and [-1, 1] normalisation), plus a ``vitscale`` section (model

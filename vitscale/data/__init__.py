@@ -1,17 +1,6 @@
-"""Datasets, nested subsets, few-shot samples and the resumable example stream.
-
-- :func:`build_dataset`: a dataset name and split -> a torch ``Dataset`` of (image,
-  target); the embedded synthetic family (``"synthetic"``, ``"synthetic-<task>"``) or a
-  real source (CIFAR-10/100, Pets, Flowers-102, ImageNet, ImageFolder trees, multi-label
-  trees) read by torchvision's own loaders;
-- :func:`subset_indices`: the indices a subset spec (``30000``, ``0.1``, ``"9M"``)
-  selects, prefixes of one seeded permutation so smaller subsets nest in larger ones;
-- :func:`fewshot_indices`, :func:`finetune_splits`: transfer samples and held-out slices;
-- :func:`build_loader`: the exact, resumable pre-training stream of :class:`Batch` es,
-  split across processes, for every source.
-
-The registry (:mod:`vitscale.data.registry`) and subsets (:mod:`vitscale.data.subsets`)
-import no torch.
+"""Datasets, nested subsets, few-shot samples and the resumable example stream: the names
+below, each documented where it is defined. The registry (:mod:`vitscale.data.registry`)
+and subsets (:mod:`vitscale.data.subsets`) import no torch.
 """
 
 from __future__ import annotations

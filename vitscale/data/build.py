@@ -125,12 +125,9 @@ def build_fewshot(
     image_size: int,
     download: bool = False,
 ) -> Dataset:
-    """``shots`` train images per class, preprocessed for evaluation (paper Sec. 4.1).
-
-    The paper's linear few-shot protocol samples k images per class of the train split
-    (images resized and centre-cropped, no augmentation) and repeats over seeds; a larger
-    k with the same seed contains the smaller one. Score on ``build_dataset(name, "test")``.
-    """
+    """``shots`` train images per class, preprocessed for evaluation (paper Sec. 4.1): a
+    larger k with the same seed contains the smaller one. Score on
+    ``build_dataset(name, "test")``."""
     train = _base(name, "train", root=root, image_size=image_size, augment=False, download=download)
     return IndexedDataset(train, fewshot_indices(all_targets(train), shots, seed=seed))
 
@@ -144,13 +141,10 @@ def finetune_splits(
     download: bool = False,
     seed: int = 0,
 ) -> tuple[Dataset, Dataset]:
-    """``(minitrain, val)``: where fine-tuning learning rates are chosen (paper App. B.1.1).
-
-    ``val`` is a fixed held-out slice of train (the source's default fraction unless
-    ``val_fraction`` is given); ``minitrain`` is the rest. ``seed`` is accepted for a
-    uniform signature: the slice never depends on it, so every run holds out the same
-    images.
-    """
+    """``(minitrain, val)``: where fine-tuning learning rates are chosen (paper App. B.1.1):
+    a fixed held-out slice of train (the source's default fraction unless ``val_fraction``
+    is given) and the rest. The slice never depends on ``seed`` (accepted for a uniform
+    signature), so every run holds out the same images."""
     del seed
     kw = dict(root=root, image_size=image_size, download=download, val_fraction=val_fraction)
     return (

@@ -1,10 +1,8 @@
 """A grid of samples with their class names, as a PNG: ``vitscale data preview NAME``.
 
-One row per class (``rows`` classes spread evenly over the dataset's classes), ``cols``
-examples of that class in the split's own order, so a row shows how much an image of one
-class varies (position, scale, colour, clutter for the synthetic family) and the rows
-show how classes differ. Real sources are shown with the evaluation transform (resize and
-centre crop), the synthetic family as rendered.
+A row shows how much the images of one class vary (position, scale, colour, clutter for
+the synthetic family), the rows how classes differ. Real sources are shown with the
+evaluation transform (resize and centre crop), the synthetic family as rendered.
 """
 
 from __future__ import annotations

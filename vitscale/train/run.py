@@ -1,10 +1,5 @@
-"""One cell's run: everything pre-training and its transfer evaluation share.
-
-:func:`setup` builds it (the launch, the pre-training subset, the model, its optimiser and
-compute per example, the run folder's config.json); :meth:`Run.resume` restores the
-latest complete checkpoint, if any; :meth:`Run.open` starts the metrics file, the
-evaluator and the example stream at the resumed step; :meth:`Run.finish` writes
-``result.json`` last. :mod:`vitscale.train.pretrain` drives it through the protocol.
+"""One cell's run (:class:`Run`): everything pre-training and its transfer evaluation share,
+built by :func:`setup`; :mod:`vitscale.train.pretrain` drives it through the protocol.
 """
 
 from __future__ import annotations
