@@ -22,6 +22,7 @@ __all__ = [
     "CHECKPOINT_PREFIX",
     "CHECKPOINT_STATE",
     "write_json_atomic",
+    "write_text_atomic",
     "write_json_if_changed",
     "read_json",
     "parse_row",
@@ -46,8 +47,12 @@ def _dumps(obj: Any) -> str:
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     """Write JSON so that readers see the old file or the new one, never half of one."""
+    write_text_atomic(path, _dumps(obj))
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` through a flushed temporary file and one rename (as JSON above)."""
     path = Path(path)
-    text = _dumps(obj)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as fh:

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from ...record.folder import write_text_atomic
 from ..registry import DatasetFormatError, DatasetNotFoundError
 from ..subsets import SeededPermutation, SubsetSpec, subset_size
 
@@ -362,14 +363,8 @@ def write_index(
         for split, shards in splits.items()
     ]
     text = "{\n" + "\n".join(lines) + '\n "splits": {\n' + ",\n".join(blocks) + "\n }\n}\n"
-    file = folder / INDEX_FILE
-    tmp = folder / f".{INDEX_FILE}.tmp"
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, file)
-    return file
+    write_text_atomic(folder / INDEX_FILE, text)
+    return folder / INDEX_FILE
 
 
 def describe(

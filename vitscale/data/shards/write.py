@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ...config.counts import parse_count
+from ...record.folder import write_text_atomic
 from ..registry import DatasetFormatError, parse_name
 from ..subsets import SeededPermutation
 from .index import IMAGE_EXTS, INDEX_FILE, Shard, expand_pattern, write_index
@@ -202,9 +203,7 @@ def _check_dest(dest: Path, plan: dict[str, Any]) -> None:
     if dest.exists() and any(p for p in dest.iterdir() if not p.name.startswith(".")):
         raise ShardingError(f"{dest} is not empty; choose an empty (or new) folder")
     dest.mkdir(parents=True, exist_ok=True)
-    tmp = dest / f"{PLAN_FILE}.tmp"
-    tmp.write_text(json.dumps(plan, indent=1))
-    os.replace(tmp, plan_file)
+    write_text_atomic(plan_file, json.dumps(plan, indent=1))
 
 
 # --------------------------------------------------------------------------- writing
