@@ -39,10 +39,6 @@ RESOLUTION = 32
 BATCH = 256
 
 
-def _cell_id(config: dict) -> str:
-    return hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:10]
-
-
 def _dump(path: Path, obj) -> None:
     # Fixtures skip the trainer's fsync (runfolder.write_json_atomic): thousands of them.
     path.write_text(json.dumps(obj, indent=1))
@@ -106,7 +102,8 @@ def cell(
         "optim": {"name": "adamw", "lr": 1e-3, "weight_decay": 0.1, "schedule": "linear"},
         "eval": {"fewshot": {"datasets": list(datasets), "shots": list(SHOTS)}},
     }
-    config["cell_id"] = cell_id = _cell_id(config)
+    blob = json.dumps(config, sort_keys=True).encode()
+    config["cell_id"] = cell_id = hashlib.sha1(blob).hexdigest()[:10]
     count = flops.count(model, RESOLUTION, num_classes=10, head="pretrain")
     per_example = count.train_flops_per_example / 1e18
     rows, best = [], {}

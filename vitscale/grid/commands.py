@@ -211,7 +211,8 @@ def grid(
         from .local import DEFAULT_STOP_TIMEOUT, Interrupted, run_local
 
         planned = plan(g, runs_root)
-        _print_plan(planned)
+        counts = Counter(p.action for p in planned)
+        print(", ".join(f"{n} {a}" for a, n in sorted(counts.items())))
         try:
             codes = run_local(
                 planned,
@@ -231,11 +232,6 @@ def grid(
 
     code = slurm.submit(g, runs_root=runs_root, profile=profile)
     return slurm.wait(g, runs_root=runs_root) if wait and code == 0 else code
-
-
-def _print_plan(planned) -> None:
-    counts = Counter(p.action for p in planned)
-    print(", ".join(f"{n} {a}" for a, n in sorted(counts.items())))
 
 
 def status(paths: list[Path], *, shots: int, as_json: bool) -> int:

@@ -129,14 +129,11 @@ def load_wandb_history(
     for run in _runs(project, group, entity, api):
         if run.id not in ident.index:
             continue
-        tag = _history_tag(ident.loc[run.id], run.id)
+        cell = ident.loc[run.id]
+        tag = {"cell_id": run.id} | {c: cell.get(c) for c in HISTORY_COLUMNS if c != "cell_id"}
         for item in run.scan_history(keys=keys):
             rows.append(tag | _public(item))
     return history_frame(rows)
-
-
-def _history_tag(cell: pd.Series, cell_id: str) -> dict[str, Any]:
-    return {"cell_id": cell_id} | {c: cell.get(c) for c in HISTORY_COLUMNS if c != "cell_id"}
 
 
 # --------------------------------------------------------------------------- offline
