@@ -7,7 +7,6 @@ import math
 import numbers
 from collections.abc import Sequence
 
-import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -137,11 +136,3 @@ def two_lines(text: str, limit: int = 28) -> str:
     spaces = [i for i, ch in enumerate(text) if ch == " "]
     cut = min(spaces, key=lambda i: abs(i - len(text) / 2))
     return text[:cut] + "\n" + text[cut + 1 :]
-
-
-def save(fig, out_dir, stem: str, formats: Sequence[str]) -> list:
-    """:func:`analysis.style.save`, closing the figure on a bad format too."""
-    try:
-        return style.save(fig, out_dir, stem, formats=formats)
-    finally:
-        plt.close(fig)

@@ -21,7 +21,7 @@ from vitscale.record import EXAMPLES_SEEN
 
 from .. import metrics as M
 from .. import style
-from ._data import aggregate, check_agg, line_styles, log_x, require, save
+from ._data import aggregate, check_agg, line_styles, log_x, require
 
 _MAX_COLUMNS = 4  # panels per row
 _SHORT_X = {M.axis_label(EXAMPLES_SEEN): "Examples seen"}
@@ -93,4 +93,4 @@ def write(
 ) -> list[Path]:
     """Write ``curves_<metric>.<format>``; returns the paths."""
     fig = figure(history, metric=metric, hue=hue, agg=agg)
-    return save(fig, out_dir, f"curves_{style.safe_stem(metric)}", formats)
+    return style.save(fig, out_dir, f"curves_{style.safe_stem(metric)}", formats=formats)

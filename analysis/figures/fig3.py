@@ -22,7 +22,7 @@ from vitscale.record import finetune_key
 
 from .. import metrics as M
 from .. import paper, style
-from ._data import aggregate, check_agg, finished, line_styles, save
+from ._data import aggregate, check_agg, finished, line_styles
 
 IMAGENET = finetune_key("imagenet")
 BAND_LABEL = "BiT ResNets (range)"
@@ -102,7 +102,7 @@ def write(
 ) -> list[Path]:
     """Write ``fig3_<metric>.<format>``; returns the paths."""
     fig = figure(frame, metric=metric, agg=agg)
-    return save(fig, out_dir, f"fig3_{style.safe_stem(metric)}", formats)
+    return style.save(fig, out_dir, f"fig3_{style.safe_stem(metric)}", formats=formats)
 
 
 def write_paper(
@@ -110,4 +110,4 @@ def write_paper(
 ) -> list[Path]:
     """Fig. 3 redrawn from Tables 5 and 6: ``paper_fig3_transfer_imagenet.<format>``."""
     fig = figure(paper_frame())
-    return save(fig, out_dir, "paper_fig3_transfer_imagenet", formats)
+    return style.save(fig, out_dir, "paper_fig3_transfer_imagenet", formats=formats)

@@ -22,7 +22,7 @@ import pandas as pd
 from .. import metrics as M
 from .. import style
 from ..summary import fig4_steps
-from ._data import aggregate, check_agg, finished, line_styles, log_x, save
+from ._data import aggregate, check_agg, finished, line_styles, log_x
 
 SEED_RANGE = "seed-range"  # gid of the error bars' artists
 
@@ -90,4 +90,4 @@ def write(
 ) -> list[Path]:
     """Write ``fig4_<metric>.<format>``; returns the paths."""
     fig = figure(cells, metric=metric, x=x, hue=hue, agg=agg)
-    return save(fig, out_dir, f"fig4_{style.safe_stem(metric)}", formats)
+    return style.save(fig, out_dir, f"fig4_{style.safe_stem(metric)}", formats=formats)

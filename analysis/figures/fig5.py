@@ -27,7 +27,7 @@ from vitscale.record import finetune_key
 from .. import metrics as M
 from .. import paper, scaling, style
 from ..frontier import pareto_frontier
-from ._data import finished, hue_order, log_x, save, two_lines
+from ._data import finished, hue_order, log_x, two_lines
 
 X = "exaflops"
 PAPER_PANELS = ((paper.AVERAGE_5, "Average-5"), (finetune_key("imagenet"), "ImageNet"))
@@ -227,7 +227,7 @@ def write(
 ) -> list[Path]:
     """Write ``fig5_compute.<format>``; returns the paths."""
     fig = figure(panels, hue=hue, fit=fit, bootstrap=bootstrap)
-    return save(fig, out_dir, stem, formats)
+    return style.save(fig, out_dir, stem, formats=formats)
 
 
 def write_paper(
