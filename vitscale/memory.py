@@ -1,9 +1,6 @@
-"""Peak accelerator memory of one training step, estimated before anything runs.
-
-``vitscale grid --dry-run --profile P`` prints it for every cell, picks the largest
-micro-batch that fits the profile's GPUs when the grid leaves ``train.micro_batch_size``
-(or ``eval.finetune.micro_batch_size``) unset, and refuses a cell that fits at no
-micro-batch. The trainer makes the same choice on a GPU it can ask. Per process::
+"""Peak accelerator memory of one training step, estimated before anything runs (the grid
+places cells with it, :mod:`vitscale.grid.placement`; the trainer picks micro-batches with
+it, :mod:`vitscale.train.speed`). Per process::
 
     peak = weights + gradients + optimiser state (+ DDP's gradient buckets, >1 process)
            (+ the pre-trained model kept while fine-tuning)

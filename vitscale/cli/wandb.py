@@ -76,9 +76,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="keep the report's figures in this folder (default: a temporary one)",
     )
     r.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the report and its assets as JSON; no network",
+        "--dry-run", action="store_true", help="print the report and its assets as JSON; no network"
     )
 
     s = sub.add_parser(

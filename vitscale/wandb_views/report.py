@@ -1,13 +1,5 @@
-"""The W&B report of a finished (or partly finished) grid.
-
-What it holds, all computed locally from the run folders before anything is sent:
-
-- the ``vitscale summary`` verdict, as text (:func:`analysis.summary.summarise`);
-- the ``vitscale figures`` PNGs (Figs. 4 and 5, Table 6's compute figure, curves),
-  drawn by the same code;
-- Table 6, ours beside the paper's, as a W&B Table and as markdown;
-- Figs. 4 and 5 again as live panels over the grid's runs (the workspace's panels);
-- the grid file and the vitscale version.
+"""The W&B report of a finished (or partly finished) grid: what ``vitscale wandb report
+--help`` lists, all computed locally from the run folders before anything is sent.
 
 W&B reports embed media that live in runs, so the figures and the table are logged to
 one *assets run* (job type ``report``, group ``<grid>.report``, kept out of the grid's

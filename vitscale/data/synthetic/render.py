@@ -26,10 +26,8 @@ Bit-exactness: only +, -, *, /, floor, min/max/clamp, abs and gathers (correctly
 in torch's vectorised and scalar CPU paths) and torch's own sqrt kernel are used, so an
 image does not depend on the batch it was rendered in, nor on the number of threads.
 
-Two paths draw the same pixels: the torch operations here (the reference, and the only
-path for textures), and for glyph and pair scenes the fused C++ kernel of
-:mod:`vitscale.data.synthetic._fused`, which makes generation several times faster (measured in
-``benchmarks/data_throughput.py``) and is used wherever it can be built.
+The torch operations here are the reference, and the only path for textures; glyph and
+pair scenes draw the same pixels faster through :mod:`vitscale.data.synthetic._fused`.
 """
 
 from __future__ import annotations
@@ -344,13 +342,7 @@ def render(
                 *scale,
             )
             module.render_glyph_scenes(
-                images[start : start + chunk],
-                params[0],
-                i0,
-                w,
-                pix,
-                pix_px,
-                *params[1:],
+                images[start : start + chunk], params[0], i0, w, pix, pix_px, *params[1:]
             )
         return Batch(images=images, targets=torch.from_numpy(indices % task.num_classes))
     for start in range(0, len(indices), chunk):
