@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from collections import Counter
 from pathlib import Path
 
 from ..catalog import model_columns
 from .cost import cell_cost
 from .placement import Placement, apply_placements, place_grid
-from .plan import plan
+from .plan import plan, summary
 from .profile import Profile, load_profile
 from .spec import Grid, GridError, load_grid
 from .status import collect, format_table
@@ -211,8 +210,7 @@ def grid(
         from .local import DEFAULT_STOP_TIMEOUT, Interrupted, run_local
 
         planned = plan(g, runs_root)
-        counts = Counter(p.action for p in planned)
-        print(", ".join(f"{n} {a}" for a, n in sorted(counts.items())))
+        print(summary(planned))
         try:
             codes = run_local(
                 planned,

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,12 @@ class Planned:
     run_dir: Path
     action: str  # submit, skip-done, skip-running, skip-queued or skip-failed
     note: str = ""
+
+
+def summary(planned: list[Planned]) -> str:
+    """How many cells get each action, e.g. ``2 skip-done, 4 submit``."""
+    counts = Counter(p.action for p in planned)
+    return ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
 
 
 def failed_attempts(run_dir: Path) -> int:

@@ -44,7 +44,7 @@ from .. import record as rf
 from ..record import LOG
 from .cellrun import EXIT_OK, EXIT_PREEMPTED, is_done
 from .local import cell_command
-from .plan import JOB_FILE, Planned, plan, prepare
+from .plan import JOB_FILE, Planned, plan, prepare, summary
 from .profile import Profile, Shape, SlurmError, shape_for
 from .spec import Grid
 
@@ -327,10 +327,7 @@ def submit_cells(
 def submit(grid: Grid, *, runs_root: Path, profile: Profile) -> int:
     """Submit the grid's cells that are neither done, running nor queued; returns an exit code."""
     planned = plan(grid, runs_root, is_queued=is_queued)
-    counts: dict[str, int] = {}
-    for p in planned:
-        counts[p.action] = counts.get(p.action, 0) + 1
-    print(f"grid {grid.name!r}: " + ", ".join(f"{n} {a}" for a, n in sorted(counts.items())))
+    print(f"grid {grid.name!r}: {summary(planned)}")
     for p in planned:
         if p.action == "skip-failed":
             print(f"  {p.cell.id}: {p.note}; see {p.run_dir / rf.RESULT}")

@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import subprocess
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,9 +151,7 @@ def check_inputs(study: Study, *, grid_file: Path | None = None) -> tuple[str | 
     if not study.run_dirs:
         raise StudyError("a report is made from run folders (runs/<grid>), not a grid file")
     if not any(c.status == "done" for c in study.cells):
-        counts: dict[str, int] = {}
-        for c in study.cells:
-            counts[str(c.status)] = counts.get(str(c.status), 0) + 1
+        counts = dict(Counter(str(c.status) for c in study.cells))
         raise StudyError(f"no finished cells to report yet (statuses: {counts})")
     return _grid_text(study, grid_file)
 
