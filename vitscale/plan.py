@@ -83,7 +83,7 @@ def plan(
 def dataset_size(cfg: Config) -> int | None:
     """The pre-training split's size when it is known without reading the data."""
     try:
-        return known_size(cfg.data.dataset, root=cfg.data.root)
+        return known_size(cfg.data.dataset)
     except ValueError:  # an unknown name: reported by the dataset checks in their words
         return None
 

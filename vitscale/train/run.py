@@ -199,7 +199,7 @@ class Run:
 
     def evaluate(self) -> dict[str, float]:
         """Few-shot and upstream accuracies now; the best of each so far is kept."""
-        metrics = self.evaluator.run(self.unwrapped, step=self.step)
+        metrics = self.evaluator.run(self.unwrapped)
         best = self.progress["best"]
         for key, value in metrics.items():
             if rf.is_accuracy(key) and value > best.get(key, float("-inf")):
