@@ -1,9 +1,8 @@
 """Run folders -> one tidy pandas DataFrame (one row per cell), and per-step histories.
 
-The one reader of run folders (:mod:`vitscale.record.folder`, docs/design.md "The run
-folder"): ``analysis`` draws from the frames built here and ``vitscale status`` reuses
-:func:`cell_state`; the W&B loaders (:mod:`vitscale.record.wandb`) build their rows with
-:func:`cell_record` too. It imports no torch, so results can be studied on a laptop.
+The one reader of run folders (docs/design.md, "The run folder"); the W&B loaders build
+their rows with :func:`cell_record` too. It imports no torch, so results can be studied on
+a laptop.
 
 Columns of the cells frame (:data:`BASE_COLUMNS` first, then metrics, then config):
 

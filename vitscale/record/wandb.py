@@ -4,19 +4,11 @@ given, and the W&B mode a run uses.
 One W&B run per cell (docs/design.md, "The run folder"); its summary also holds, from
 the start of the run, the model's :func:`identity` for the run table.
 
-Reading from a server goes through :func:`open_api` / :func:`open_project`, which check,
-in order, that
-
-1. an API key is configured for the server (``WANDB_API_KEY``, ``wandb login``'s netrc),
-   without ever prompting for one;
-2. the server answers at all (a TCP connection to ``WANDB_BASE_URL`` or api.wandb.ai,
-   unless a proxy is configured): "no network" is told apart from "bad key";
-3. the server accepts the key;
-4. the entity and project exist and the key can see them;
-5. (when asked) the grid's group has runs.
-
-Each failure is a :class:`WandbError`: one line, the key itself never in it
-(:func:`redact`). ``wandb`` itself is imported only inside the functions that call it.
+Reading from a server goes through :func:`open_api` / :func:`open_project`, which check
+in turn the key (never prompting for one), the network (so that "no network" is told apart
+from "bad key"), the key's acceptance, the project and, asked, the grid's runs. Each
+failure is a :class:`WandbError`: one line, the key itself never in it (:func:`redact`).
+``wandb`` itself is imported only inside the functions that call it.
 """
 
 from __future__ import annotations
