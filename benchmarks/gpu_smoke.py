@@ -67,19 +67,9 @@ def _config(
 def _train(config: dict, gpus: int, workdir: Path) -> tuple[list[dict], str]:
     path = workdir / "config.json"
     path.write_text(json.dumps(config))
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={gpus}",
-        "-m",
-        "vitscale.cli",
-        "train",
-        str(path),
-        "--workdir",
-        str(workdir / "run"),
-    ]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += [f"--nproc_per_node={gpus}", "-m", "vitscale.cli", "train", str(path)]
+    command += ["--workdir", str(workdir / "run")]
     env = os.environ | {"PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:

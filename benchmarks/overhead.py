@@ -66,19 +66,8 @@ def main() -> int:
     runs = args.runs or Path(tempfile.mkdtemp(prefix="vitscale-overhead-"))
     wall = args.wall_clock
     if not args.no_run:
-        command = [
-            sys.executable,
-            "-m",
-            "vitscale.cli",
-            "grid",
-            str(args.grid),
-            "--executor",
-            "local",
-            "--workers",
-            str(args.workers),
-            "--runs",
-            str(runs),
-        ]
+        command = [sys.executable, "-m", "vitscale.cli", "grid", str(args.grid)]
+        command += ["--executor", "local", "--workers", str(args.workers), "--runs", str(runs)]
         start = time.perf_counter()
         subprocess.run(command, check=True, cwd=ROOT)
         wall = time.perf_counter() - start

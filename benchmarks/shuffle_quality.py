@@ -57,6 +57,16 @@ def iid_classes_per_batch(num_classes: int, batch: int) -> float:
     return num_classes * (1 - (1 - 1 / num_classes) ** batch)
 
 
+def measure(layout: str, window: int | None, stream: np.ndarray, batch: int) -> dict:
+    """One row: the label stream's autocorrelation at each lag and its classes per batch."""
+    return {
+        "layout": layout,
+        "window": window,
+        **{f"rho_{lag}": autocorrelation(stream, lag) for lag in LAGS},
+        "classes_per_batch": classes_per_batch(stream, batch),
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--classes", type=int, default=1000)
@@ -83,26 +93,12 @@ def main() -> None:
     for layout, label_of in layouts.items():
         for window in args.windows:
             stream = label_of[WindowedOrder(takes=takes, seed=0, window=window)(positions)]
-            rows.append(
-                {
-                    "layout": layout,
-                    "window": window,
-                    **{f"rho_{lag}": autocorrelation(stream, lag) for lag in LAGS},
-                    "classes_per_batch": classes_per_batch(stream, args.batch),
-                }
-            )
+            rows.append(measure(layout, window, stream, args.batch))
     # the map-style stream (a fresh global permutation per epoch), for reference
     steps = len(positions) // args.batch
     order = ShuffledOrder(num_examples=n, seed=0)
     stream = layouts["class-sorted shards"][order(np.arange(steps * args.batch))]
-    rows.append(
-        {
-            "layout": "map-style (global permutation)",
-            "window": None,
-            **{f"rho_{lag}": autocorrelation(stream, lag) for lag in LAGS},
-            "classes_per_batch": classes_per_batch(stream, args.batch),
-        }
-    )
+    rows.append(measure("map-style (global permutation)", None, stream, args.batch))
     head = (
         f"{args.classes} classes x {args.per_class} examples, shards of {args.per_shard}, "
         f"{len(positions):,} stream positions, batch {args.batch} (i.i.d.: "
