@@ -91,8 +91,7 @@ def preview_image(
     tile = image_size * max(1, math.ceil(_MIN_TILE / image_size))
     font = ImageFont.load_default(size=13)
     line = 18
-    width = _GAP + cols * (tile + _GAP)
-    width = max(width, 420)
+    width = max(_GAP + cols * (tile + _GAP), 420)
     height = line + _GAP + len(per_row) * (line + tile + _GAP)
     canvas = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(canvas)

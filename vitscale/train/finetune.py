@@ -22,7 +22,7 @@ from ..data import build_dataset, build_loader, finetune_splits
 from ..data.registry import finetune_recipe
 from ..evals.features import evaluation_sample, run_model
 from ..models import create_model
-from .optim import lr_factor
+from .optim import build_schedule
 from .runtime import prepared
 from .speed import finetune_micro_batch_for
 from .step import Step
@@ -175,11 +175,8 @@ def _sgd(model: torch.nn.Module, *, lr: float, steps: int):
     """SGD with momentum, no weight decay, a short linear warm-up then cosine decay to 0."""
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM, weight_decay=0.0)
     warmup = int(WARMUP_FRACTION * steps)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda s: lr_factor(
-            s, total_steps=steps, warmup_steps=warmup, schedule="cosine", base_lr=lr, end_lr=0.0
-        ),
+    schedule = build_schedule(
+        optimizer, total_steps=steps, warmup_steps=warmup, schedule="cosine", end_lr=0.0
     )
     return optimizer, schedule
 
