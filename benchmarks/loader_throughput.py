@@ -3,37 +3,15 @@
 Issue 15's question: how many CPU cores per GPU does the loader need at the paper's scale?
 Measured here, one process on one core (``torch.set_num_threads(1)``), images per second
 for decode + Inception crop (random 8-100% area, aspect 3/4-4/3) + random flip + [-1, 1]
-at 224 px (``vitscale.data.transforms.train_transform``), over the same JPEG files:
-
-- ``folder, PIL``: the ImageFolder path (``imagefolder:`` / ``imagenet``; torchvision's
-  ``ImageFolder`` opening each file with PIL, the transforms on the PIL image);
-- ``folder, decode_jpeg``: the same files decoded by ``torchvision.io.decode_jpeg``, the
-  transforms on the uint8 tensor;
-- ``shards, decode_jpeg``: the sharded loader (``shards:``): the example read out of its tar
-  shard through wids, decoded by torchvision, transformed with its per-position seed
-  (what every DataLoader worker does per example);
-- ``shards, PIL``: the same with PIL's decoder (the loader's fallback, bit-identical
-  pixels);
-- ``shards, DataLoader x W``: the whole stream (``build_loader``, batches of 64) with W
-  worker processes, images per second in total (W cores; on a shared machine the main
-  process competes for them).
-
-Files come from the page cache (decoding is measured, not a cluster file system). The JPEGs
-are ``--images DIR`` (e.g. ImageNet's validation folder) if given, else made here from a
-real photograph (matplotlib's sample ``grace_hopper.jpg``): random crops, flips and
-colour gains resized to ImageNet's common sizes (500x375, 375x500, 500x333, ...), with
-sensor-like noise (sigma 8) and quality 95 so that their compressed bytes per pixel, which
-the entropy decoding's cost follows, are near ImageNet's (about 0.6: 138 GB for 1.28M
-images of 469x387 px on average); the smooth portrait alone gives half that.
-
-Consumption: ViT-B/16 training costs about 105 GFLOPs per image at 224 px (3 x 2 x 17.6
-GMACs), so a GPU sustaining 300-400 TFLOP/s eats 3,000-3,800 images/s; cores per GPU =
-that / the per-core rate.
-
-With ``--device cuda`` (where a GPU is lent) it adds GPU JPEG decoding
-(``decode_jpeg(device="cuda")`` on batches of 64, crop and flip on the GPU) and, with
-``--train-step``, the end-to-end ViT-B/16 bf16 step rate fed by the real loader against
-the same step on tensors already on the GPU.
+at 224 px (``vitscale.data.transforms.train_transform``), over the same JPEGs, along each
+path an example takes: an ImageFolder file or a tar shard, decoded by PIL or by
+``torchvision.io.decode_jpeg``, and the whole stream (``build_loader``, batches of 64)
+with ``--workers`` W processes. The JPEGs are ``--images DIR`` if given, else made here
+from a real photograph with ImageNet's sizes and bytes per pixel. With ``--device cuda``
+it adds GPU JPEG decoding and, with ``--train-step``, the ViT-B/16 bf16 step fed by the
+real loader against the same step on resident tensors. The paths, how the JPEGs are made,
+what a GPU consumes and the results: benchmarks/RESULTS.md, "Pre-training loader on real
+JPEGs".
 
     python benchmarks/loader_throughput.py                       # the table (1 core per path)
     python benchmarks/loader_throughput.py --workers 2 --rounds 5

@@ -1,23 +1,13 @@
 """Is the sharded stream shuffled well enough to train on? Label autocorrelation, measured.
 
 The sharded stream (:mod:`vitscale.data.shards.order`) shuffles within windows of
-``data.shuffle_shards`` shards (whole shards in a seeded order per epoch, their examples
-permuted together). How well that mixes depends on how the shards were written:
-
-- ``vitscale data shard`` writes examples in a random order, so every shard is already a
-  random sample and any window gives an i.i.d.-looking label stream;
-- shards written class by class (ImageNet-21k's per-synset tars packed as they come, or
-  a crawl sorted by query) are the worst case: one class per shard, so a window of W shards
-  holds W classes and consecutive labels agree with probability about 1/W.
-
-Measured on label streams only (no images are decoded: the stream's order is computed),
+``data.shuffle_shards`` shards. How well that mixes depends on how the shards were
+written: here in a random order (``vitscale data shard``) or class by class (the worst
+case), on label streams only (no image is decoded: the stream's order is computed),
 ImageNet-21k-like: ``--classes`` classes of ``--per-class`` examples in shards of
-``--per-shard``. Reported per layout and window:
-
-- rho(lag): label autocorrelation, ``(P(y_t = y_{t+lag}) - sum_c p_c^2) / (1 - sum_c p_c^2)``:
-  0 for an i.i.d. stream, 1 for a constant one;
-- classes per batch: distinct labels in a global batch of ``--batch`` against the i.i.d.
-  expectation, the number a batch-norm-free ViT cares about (gradient diversity).
+``--per-shard``. Reported per layout and window: the label autocorrelation rho(lag) and
+the distinct classes in a global batch of ``--batch``; their definitions and the results:
+benchmarks/RESULTS.md, "The sharded stream's shuffle".
 
     python benchmarks/shuffle_quality.py
     python benchmarks/shuffle_quality.py --classes 21841 --per-class 650 --per-shard 5000
