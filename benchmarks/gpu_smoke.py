@@ -5,17 +5,10 @@
 
 Trains ViT-B/16 and BiT-R50x1 (and BiT-R50x1 again without channels-last) on the
 synthetic set at 224 px in bf16 with ``vitscale train`` under ``torchrun``, one process
-per GPU, the micro-batch and loader workers chosen as a cell would choose them, and
-reports per model:
-
-- images/s per GPU and MFU (per device), over the last half of the steps;
-- peak memory (``torch.cuda.max_memory_allocated``, rank 0) against the estimate of
-  :mod:`vitscale.memory` at the micro-batch the trainer chose;
-- the loader alone: images/s one process's loader delivers with its workers, against
-  what that process trains.
-
-Results are printed as a table and written to ``--out`` (JSON) for benchmarks/RESULTS.md.
-Without CUDA it says so and exits 2: nothing is measured on a CPU.
+per GPU, the micro-batch and loader workers chosen as a cell would choose them; what it
+reports per model, and the results: benchmarks/RESULTS.md, "GPU smoke". Results are
+printed as a table and written to ``--out`` (JSON). Without CUDA it says so and exits 2:
+nothing is measured on a CPU.
 """
 
 from __future__ import annotations
