@@ -3,10 +3,8 @@
     vitscale grid FILE --executor slurm --profile slurm/profiles/NAME.yaml
 
 Submission
-    :func:`vitscale.grid.plan.plan` skips cells that are done, running, or queued (their
-    latest job, recorded in ``<run>/job.json``, is in a non-final SLURM state), so submitting
-    a grid again only submits what is missing. Each remaining cell's resources (the grid's
-    ``resources`` over the profile's defaults) become a :class:`Shape`; the cells of one
+    Of the cells :func:`vitscale.grid.plan.plan` submits (a cell's latest job is recorded
+    in ``<run>/job.json``), each one's resources become a :class:`Shape`; the cells of one
     shape go into one job array (a grid usually has one shape, hence one array), at most
     ``array_parallelism`` of them running at once.
 
