@@ -2,17 +2,13 @@
 
 The issue's requirement: rendering the embedded synthetic set must never slow training,
 i.e. generation at least 10x faster than a training step of the demo models eats images.
-Measured on this machine, same threads for both:
-
-- generation, images/s, at 32, 64, 128 and 224 px: ``render`` on a batch of random
-  indices of the upstream train split, by the torch reference path and by the fused C++
-  kernel (:mod:`vitscale.data.synthetic._fused`, the default), and through ``build_loader``
-  (``num_workers=0``: rendering in the training process, the demo default);
-- consumption, images/s: one training step (forward, cross-entropy, backward, AdamW) of
-  each demo model at 32 px, batch 128, on the CPU.
-
-Measurements are interleaved round by round (generation, models, generation, ...) so a
-change in machine load hits all of them alike; each entry is the median over rounds.
+Measured on this machine, same threads for both: ``render`` of random upstream train
+indices at 32-224 px, by the torch reference path and by the fused C++ kernel
+(:mod:`vitscale.data.synthetic._fused`, the default), and through ``build_loader`` with
+0 workers (the demo's path), against one CPU training step (forward, cross-entropy,
+backward, AdamW) of each demo model at 32 px, batch 128. Rounds are interleaved
+(generation, models, generation, ...) so a change in machine load hits all alike; each
+entry is the median over rounds (benchmarks/RESULTS.md, "Synthetic data").
 
     python benchmarks/data_throughput.py                       # the table
     python benchmarks/data_throughput.py --threads 1 --rounds 5
