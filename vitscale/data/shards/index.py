@@ -17,19 +17,10 @@ examples each shard holds without opening 30,000 tar files, and an epoch must ha
 exactly the examples the index promises (a shard whose size differs from the index is an
 error before training, never a silently shorter epoch).
 
-Names (``data.dataset``):
-
-- ``shards:/data/in21k``: the folder; its index's ``train`` and ``test`` (or ``val``) splits;
-- ``shards:/data/in21k/train-{000000..001023}.tar``: a brace pattern (or a glob) of train
-  shards listed in the folder's index; matched against the index, so the shard directory
-  is never listed.
-
-Subsets (:func:`select`): ``data.subset: 9M`` takes the train shards in the order of
-``SeededPermutation(num_shards, seed)``, whole shards while they fit, and the first
-examples (in tar order) of the next one to make the count exact. A smaller subset is a
-prefix of a larger one, so 9M lies inside 30M inside 90M, identical on every process,
-node count and restart; :attr:`Selection.record` (written to ``config.json``) names the
-index by its SHA-256, the rule, the counts and a digest of the exact (shard, count) list.
+Names (``shards:DIR``, or a brace pattern or glob of its train shards) and subsets
+(:func:`select`: whole shards in a seeded order, then a count from the next one) are as
+README's "Sharded datasets" says; a pattern is matched against the index, so the shard
+directory is never listed.
 
 numpy only, no torch: grid validation reads indexes without it.
 """

@@ -1,28 +1,14 @@
-"""Make sharded sets: ``vitscale data shard`` (convert any source) and ``data index``.
+"""Make sharded sets: ``vitscale data shard`` (convert any source) and ``data index``
+(README, "Sharded datasets", says what each does for the user).
 
-``shard_dataset(SRC, DEST, shard_size=N)`` writes every split of a supported source
-(ImageFolder and ``multilabel:`` trees, CIFAR, Pets, Flowers, ImageNet, the synthetic
-family) as WebDataset tar shards with WebDataset's own ``TarWriter``:
-
-- examples go in a fixed random order (``SeededPermutation(n, SHARD_ORDER_SEED)``), so
-  every shard is a random sample of its split: a subset made of whole shards
-  (:func:`vitscale.data.shards.index.select`) is a random subset, whatever the source's
-  order (ImageFolder lists class by class);
-- image files are copied byte for byte (a JPEG stays the same JPEG; formats other than
-  JPEG, PNG and WebP become PNG); arrays (CIFAR, the rendered synthetic set) become PNG;
-  labels go to ``<key>.cls`` (one class), or ``<key>.json`` ``{"labels": [...]}`` for
-  multi-label sources (first = the folder class, as ``multilabel:`` reads it);
-- keys name the source example (``train/n01440764/n01440764_10026_JPEG``), so an error at
-  training time points back to the file;
-- each shard is written to a hidden temporary file, flushed to disk and renamed: a shard
-  with its final name is complete. An interrupted conversion (Ctrl-C, a kill, a full
-  disk) resumes where it stopped when run again with the same arguments (the plan is kept
-  in ``DEST/.shard-plan.json``); ``index.json`` is written last.
-
-``index_shards(DIR)`` writes ``index.json`` for shards made elsewhere (img2dataset,
-webdataset's ``ShardWriter``): every shard's examples counted, its tar checked whole and
-its labels read (:func:`vitscale.data.shards.read.scan_shard`), the class list taken from a
-file or from the labels.
+``shard_dataset`` writes with WebDataset's own ``TarWriter``, in a fixed random order
+(``SeededPermutation(n, SHARD_ORDER_SEED)``) so that a subset made of whole shards
+(:func:`vitscale.data.shards.index.select`) is a random subset whatever the source's order
+(ImageFolder lists class by class). Formats other than JPEG, PNG and WebP, and arrays
+(CIFAR, the rendered synthetic set), become PNG; keys name the source example
+(``train/n01440764/n01440764_10026_JPEG``), so an error at training time points back to
+the file. A shard is written to a hidden temporary file, flushed and renamed; the plan a
+conversion resumes from is ``DEST/.shard-plan.json``, and ``index.json`` is written last.
 """
 
 from __future__ import annotations
