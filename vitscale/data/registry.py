@@ -10,14 +10,10 @@ is the official validation set, on which the paper reports ImageNet; ``multilabe
 the JFT / ImageNet-21k shape (multi-hot targets for the sigmoid loss); ``shards:`` is the
 format for pre-training at the paper's scale (:mod:`vitscale.data.shards.index`).
 
-Splits, for every source:
-
-- ``train``: the whole train split (pre-training, few-shot samples, the final fine-tune);
-- ``val``: a fixed held-out slice of train for choosing fine-tuning learning rates (paper
-  App. B.1.1: 2% CIFAR, 10% Pets/Flowers, 1% ImageNet); the synthetic tasks have a
-  separate val stream instead;
-- ``minitrain``: train without the val slice (fine-tune here, score on val);
-- ``test``: the official test split, for final scores only.
+Splits, for every source: ``train``; ``val``, a fixed held-out slice of train for
+choosing fine-tuning learning rates (:attr:`SourceInfo.val_fraction`, paper App. B.1.1;
+the synthetic tasks have a separate val stream instead); ``minitrain``, train without it;
+``test``, the official test split, for final scores only.
 """
 
 from __future__ import annotations

@@ -18,9 +18,7 @@ the same scene; edges are anti-aliased over one pixel):
    a random position, scale and aspect, in a colour of the opposite brightness to the
    background (dark-on-light or light-on-dark, per image).
 
-Only the object's shape or pattern is informative; where it is, how large, and its colours
-are nuisances. That is exactly the structure a convolution's locality and translation
-equivariance encode and a ViT has to learn from data (paper Sec. 3.1, "Inductive bias").
+Only the object's shape or pattern is informative (why: :mod:`.vocabulary`).
 
 Bit-exactness: only +, -, *, /, floor, min/max/clamp, abs and gathers (correctly rounded
 in torch's vectorised and scalar CPU paths) and torch's own sqrt kernel are used, so an
