@@ -5,9 +5,7 @@ Every (dataset, stage, learning rate) is one fine-tune. Its batch of 512 is spli
 micro-batches where the memory asks for it (``eval.finetune.micro_batch_size``,
 gradient accumulation): the step is pre-training's (:class:`vitscale.train.step.Step`).
 Each prepared model is released when it is done, so 25 fine-tunes hold no more memory
-than one. Within a run, a :class:`Progress` keeps each finished fine-tune's score, and at
-a preemption signal checkpoints the one running and stops it, so a requeued run resumes
-fine-tuning where it was.
+than one. Within a run, a :class:`Progress` (:mod:`.finetune_progress`) makes them resumable.
 """
 
 from __future__ import annotations
