@@ -21,11 +21,9 @@ it, :mod:`vitscale.train.speed`). Per process::
 - transient: gradients of activations in flight during the backward pass (two of the
   largest saved tensors) and library workspaces: a margin, not a measurement.
 
-Calibration (tests/test_memory.py; benchmarks/RESULTS.md): the activation count is held
-against the bytes ``torch.autograd.graph.saved_tensors_hooks`` sees on the CPU, in fp32
-and in CPU autocast bf16 (whose op lists differ from CUDA's only in keeping GroupNorm in
-bf16: ``device="cpu"`` models that). The whole-step peak against
-``torch.cuda.max_memory_allocated`` needs a GPU: ``benchmarks/gpu_smoke.sh``.
+Calibration, on the CPU (``device="cpu"`` models CPU autocast, which keeps GroupNorm in
+bf16) and on a GPU: tests/test_memory.py; benchmarks/RESULTS.md, "Memory estimate
+against autograd".
 
 Imports no torch: a dry run of a 100-cell grid costs milliseconds.
 """

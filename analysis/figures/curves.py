@@ -1,7 +1,5 @@
-"""A metric along training: the curves behind Fig. 4's early stopping.
-
-The paper reports the best ImageNet 5-shot accuracy seen during pre-training (Sec. 4.3,
-Fig. 4); these curves show where that best fell. Input is a history frame
+"""A metric along training: the curves behind Fig. 4's early stopping (docs/protocol.md,
+"The figures"), showing where the best value fell. Input is a history frame
 (:func:`vitscale.record.cells.load_history`: one row per cell and logged step, failed cells
 included, since a curve up to the failure is still informative). One line per model (or
 per value of ``hue``); cells sharing a line and an x value are combined by ``agg``. When
