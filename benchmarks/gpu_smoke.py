@@ -84,6 +84,20 @@ def _loader_rate(batch: int, workers: int, seconds: float = 20.0) -> float:
     return images / (time.perf_counter() - start)
 
 
+def _print_table(results: list[dict]) -> None:
+    print(
+        f"\n{'model':<10} {'ch-last':>7} {'img/s/GPU':>10} {'MFU':>6} {'micro':>7} "
+        f"{'peak GiB':>9} {'est. GiB':>9}"
+    )
+    for r in results:
+        cl = {None: "auto", False: "off", True: "on"}[r["channels_last"]]
+        print(
+            f"{r['model']:<10} {cl:>7} {r['images_per_s_per_gpu']:>10,.0f} {r['mfu']:>6.1%} "
+            f"{r['micro_batch']:>3}x{r['accumulation']:<3} {r['peak_memory_gib']:>9.1f} "
+            f"{r['estimated_gib']:>9.1f}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=300, help="training steps per model")
@@ -165,17 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     local = max(1, gpus)
     workers = auto_num_workers(processes_on_node=local, accelerated=True)
     loader = _loader_rate(args.batch_per_gpu, workers)
-    print(
-        f"\n{'model':<10} {'ch-last':>7} {'img/s/GPU':>10} {'MFU':>6} {'micro':>7} "
-        f"{'peak GiB':>9} {'est. GiB':>9}"
-    )
-    for r in results:
-        cl = {None: "auto", False: "off", True: "on"}[r["channels_last"]]
-        print(
-            f"{r['model']:<10} {cl:>7} {r['images_per_s_per_gpu']:>10,.0f} {r['mfu']:>6.1%} "
-            f"{r['micro_batch']:>3}x{r['accumulation']:<3} {r['peak_memory_gib']:>9.1f} "
-            f"{r['estimated_gib']:>9.1f}"
-        )
+    _print_table(results)
     print(
         f"loader: {loader:,.0f} images/s per process with {workers} workers "
         f"(synthetic, {IMAGE_SIZE} px)"

@@ -222,6 +222,38 @@ def train_step_rates(shards: Path, workers: int, *, steps: int) -> dict:
     return {"resident": resident, "loader": images_per_s(on_gpu)}
 
 
+def _row(path: str, rates: list[tuple[float, float]], **extra) -> dict:
+    """A table row: the medians of ``(wall, CPU-time)`` rates over the rounds."""
+    wall, cpu = zip(*rates, strict=True)
+    return dict(
+        path=path,
+        images_per_s=statistics.median(wall),
+        images_per_cpu_s=statistics.median(cpu),
+        **extra,
+    )
+
+
+def format_table(rows: list[dict], meta: dict) -> str:
+    """The rows with the cores per GPU each path needs, under a line about the JPEGs."""
+    lo, hi = GPU_IMAGES_PER_S
+    lines = [
+        f"{meta['images']} JPEGs ({meta['source']}): mean {meta['mean_kb']:.0f} KB, "
+        f"{meta['mean_pixels'] / 1e3:.0f}k px, {meta['bytes_per_pixel']:.2f} B/px "
+        f"(ImageNet ~{meta['imagenet_bytes_per_pixel']:.2f}); load average "
+        f"{meta['load_average'][0]:.2f} on {meta['cpu_count']} cores",
+        "img/s: wall clock; img/CPU-s: per second of this process's CPU time (one core's "
+        "rate, whatever else runs); cores per GPU = 3,000-3,800 img/s / img/CPU-s",
+        f"{'path':<40} {'img/s':>8} {'img/CPU-s':>10} {'cores per GPU':>14}",
+    ]
+    for r in rows:
+        cores = r.get("cores", 1)
+        per_core = r.get("images_per_cpu_s", r["images_per_s"] / cores if cores else float("nan"))
+        need = f"{lo / per_core:.1f}-{hi / per_core:.1f}" if cores else "-"
+        cpu = f"{r['images_per_cpu_s']:>10.0f}" if "images_per_cpu_s" in r else f"{'-':>10}"
+        lines.append(f"{r['path']:<40} {r['images_per_s']:>8.0f} {cpu} {need:>14}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--images", type=Path, help="a folder of your own JPEGs (default: made here)")
@@ -252,26 +284,13 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, fn in paths.items():
                 per_round[name].append(rate(fn, len(files), min_seconds=args.seconds))
-        rows = [
-            {
-                "path": k,
-                "images_per_s": statistics.median(w for w, _ in v),
-                "images_per_cpu_s": statistics.median(c for _, c in v),
-            }
-            for k, v in per_round.items()
-        ]
+        rows = [_row(k, v) for k, v in per_round.items()]
         if args.workers:
             rates = [
                 loader_rate(tmp / "shards", args.workers, batches=20) for _ in range(args.rounds)
             ]
-            rows.append(
-                {
-                    "path": f"shards, DataLoader x {args.workers} (all processes)",
-                    "images_per_s": statistics.median(w for w, _ in rates),
-                    "images_per_cpu_s": statistics.median(c for _, c in rates),
-                    "cores": args.workers,
-                }
-            )
+            path = f"shards, DataLoader x {args.workers} (all processes)"
+            rows.append(_row(path, rates, cores=args.workers))
         if args.device == "cuda":
             rows.append(
                 {
@@ -309,23 +328,7 @@ def main() -> None:
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    lo, hi = GPU_IMAGES_PER_S
-    lines = [
-        f"{meta['images']} JPEGs ({meta['source']}): mean {meta['mean_kb']:.0f} KB, "
-        f"{meta['mean_pixels'] / 1e3:.0f}k px, {meta['bytes_per_pixel']:.2f} B/px "
-        f"(ImageNet ~{meta['imagenet_bytes_per_pixel']:.2f}); load average "
-        f"{meta['load_average'][0]:.2f} on {meta['cpu_count']} cores",
-        "img/s: wall clock; img/CPU-s: per second of this process's CPU time (one core's "
-        "rate, whatever else runs); cores per GPU = 3,000-3,800 img/s / img/CPU-s",
-        f"{'path':<40} {'img/s':>8} {'img/CPU-s':>10} {'cores per GPU':>14}",
-    ]
-    for r in rows:
-        cores = r.get("cores", 1)
-        per_core = r.get("images_per_cpu_s", r["images_per_s"] / cores if cores else float("nan"))
-        need = f"{lo / per_core:.1f}-{hi / per_core:.1f}" if cores else "-"
-        cpu = f"{r['images_per_cpu_s']:>10.0f}" if "images_per_cpu_s" in r else f"{'-':>10}"
-        lines.append(f"{r['path']:<40} {r['images_per_s']:>8.0f} {cpu} {need:>14}")
-    table = "\n".join(lines)
+    table = format_table(rows, meta)
     print(table)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
