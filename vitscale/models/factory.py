@@ -133,10 +133,8 @@ def build_pretrained(
     pool: str | None = None,
     dropout: float = 0.0,
 ) -> nn.Module:
-    """``create_model(name, ..., pretrained=source)``: the model asked for, with the
-    checkpoint's trunk; the classifier kept when it has ``num_classes`` outputs over the
-    same features (the pre-logits layer, if any, is kept by a pre-training head and
-    dropped by a fine-tuning head, paper Sec. 3.2), else freshly initialised."""
+    """``create_model(name, ..., pretrained=source)`` (see there); the pre-logits layer, if
+    any, is kept by a pre-training head and dropped by a fine-tuning head (paper Sec. 3.2)."""
     ckpt = source if isinstance(source, Checkpoint) else read_checkpoint(name, source)
     if pool is None and ckpt.pool is not None:
         pool = "token"  # as create_model without a checkpoint: the family's default, said
