@@ -91,6 +91,32 @@ def add_average(frame: pd.DataFrame, metrics: Sequence[str]) -> tuple[pd.DataFra
     return out, name
 
 
+def resolve_metric(
+    frame: pd.DataFrame, metric: str | None, *, shots: int = 5
+) -> tuple[pd.DataFrame, str]:
+    """The column a fit reads (``vitscale fit --metric``): ``metric`` when the frame has it;
+    an ``average-...`` name computed from its parts; None: the transfer metric found, or
+    the average of those found. Returns the frame (with the average added) and the column;
+    :class:`~vitscale.errors.UserError` naming the metrics there are otherwise."""
+    from vitscale.errors import UserError
+
+    if metric is None:
+        found = transfer_metrics(frame, shots=shots)
+        if not found:
+            raise UserError("no transfer metrics (few-shot or fine-tuning) in the results")
+        if len(found) == 1:
+            return frame, found[0]
+        return add_average(frame, found)
+    if metric in frame.columns:
+        return frame, metric
+    try:
+        frame, _ = add_average(frame, average_parts(metric))
+    except ValueError:
+        valid = ", ".join(transfer_metrics(frame, shots=shots)) or "none found"
+        raise UserError(f"--metric {metric!r}: no such column; metrics: {valid}") from None
+    return frame, metric
+
+
 def comparable(metric: str, reference: pd.DataFrame) -> bool:
     """Whether ``reference`` (e.g. the paper's Table 6) measured the same thing: same column."""
     return _present(reference, metric)

@@ -22,6 +22,11 @@ Fitting (:func:`fit_power_law`):
   points every resample is the data again, so no interval is given (NaN). Intervals are
   percentiles of the refits; the same refits give the extrapolation band of
   :func:`plot_fit`.
+
+That band is a band for the law's parameters: it leaves out model error and the noise of a
+new measurement, and covered 28% of the held-out points of the JFT learning-curve benchmark.
+To *predict* a curve past its data, with an interval that holds, use :func:`extrapolate`
+(:mod:`analysis.extrapolation`, re-exported here).
 """
 
 from __future__ import annotations
@@ -35,7 +40,19 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from .extrapolation import extrapolate
 from .frontier import pareto_frontier
+
+__all__ = [
+    "PARAMS",
+    "PowerLaw",
+    "PowerLawFit",
+    "extrapolate",
+    "fit_frontier",
+    "fit_groups",
+    "fit_power_law",
+    "plot_fit",
+]
 
 PARAMS = ("a", "b", "c", "d")
 _MIN_DISTINCT = len(PARAMS)
@@ -325,21 +342,9 @@ def fit_groups(
     that is not there."""
     from vitscale.errors import UserError
 
-    from . import metrics as M
+    from .metrics import resolve_metric
 
-    if metric is None:
-        found = M.transfer_metrics(frame, shots=shots)
-        if not found:
-            raise UserError("no transfer metrics (few-shot or fine-tuning) in the results")
-        metric = found[0]
-        if len(found) > 1:
-            frame, metric = M.add_average(frame, found)
-    elif metric not in frame.columns:
-        try:
-            frame, _ = M.add_average(frame, M.average_parts(metric))
-        except ValueError:
-            valid = ", ".join(M.transfer_metrics(frame, shots=shots)) or "none found"
-            raise UserError(f"--metric {metric!r}: no such column; metrics: {valid}") from None
+    frame, metric = resolve_metric(frame, metric, shots=shots)
     if by is not None and by not in frame.columns:
         raise UserError(f"--by {by!r}: no such column (e.g. family, model, size, grid)")
     groups = [("all", frame)] if by is None else list(frame.groupby(by, sort=True))
