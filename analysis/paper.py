@@ -34,6 +34,8 @@ DATASETS = {
     "pets": "Oxford-IIIT Pets",
     "flowers": "Oxford Flowers-102",
 }
+# Few-shot datasets of the JFT learning curves (analysis.reference.jft) Table 6 does not have.
+OTHER_DATASETS = {"birds": "Birds", "caltech101": "Caltech-101"}
 # Table 5 spells the datasets out (its "downstream" column).
 TABLE5_DATASETS = {name: key for key, name in DATASETS.items()}
 
@@ -48,7 +50,7 @@ PRETRAIN_SIZES = {"ImageNet": 1_300_000, "ImageNet-21k": 14_000_000, "JFT-300M":
 
 def dataset_name(key: str) -> str:
     """Display name of a transfer dataset key ("cifar10" -> "CIFAR-10"); others unchanged."""
-    return DATASETS.get(key, key)
+    return DATASETS.get(key) or OTHER_DATASETS.get(key, key)
 
 
 def _average_5(metrics: dict[str, float]) -> float | None:
