@@ -1,0 +1,113 @@
+"""Backtests (analysis.holdout) and the extrapolation benchmark's scores
+(benchmarks/extrapolation.py), checked against numbers computed here independently."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import holdout
+from analysis.reference import jft
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module("extrapolation")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def _rmse_of_log(pred, actual) -> float:
+    return float(np.sqrt(np.mean((np.log(pred) - np.log(actual)) ** 2)))
+
+
+def test_benchmark_m1_rmse_equals_a_closed_form_power_law_fit(bench):
+    """M1 is a straight line in log-log: numpy.polyfit, recomputed here for all 72 curves."""
+    splits = jft.splits()
+    res = bench.run("M1", splits, jobs=1, done={})
+    row = bench.summarise("M1", res, splits, None)
+    mine = []
+    for s in splits:
+        slope, intercept = np.polyfit(np.log(s.x_fit), np.log(s.y_fit), 1)
+        mine.append(_rmse_of_log(np.exp(intercept + slope * np.log(s.x_held)), s.y_held))
+    np.testing.assert_allclose(row["rmse"], mine, rtol=1e-9)
+    assert row["mean"] == pytest.approx(0.1046, abs=5e-5)  # benchmarks/RESULTS.md
+
+
+def test_benchmark_scores_extrapolate_as_numpy_does(bench):
+    splits = jft.splits(
+        models=["ViT-B/16", "Mixer-B/16"],
+        metrics=["fewshot/imagenet/5shot", "fewshot/caltech101/5shot"],
+    )
+    res = bench.run("extrapolate", splits, jobs=1, done={})
+    row = bench.summarise("extrapolate", res, splits, np.zeros(len(splits)))
+    for i, s in enumerate(splits):
+        r = res[bench._key(s)]
+        assert row["rmse"][i] == pytest.approx(_rmse_of_log(r["pred"], s.y_held), rel=1e-12)
+        inside = (s.y_held >= np.array(r["lo"])) & (s.y_held <= np.array(r["hi"]))
+        assert row["cov"][i] == pytest.approx(inside.mean())
+    (i,) = [i for i, s in enumerate(splits) if s.name == "ViT-B/16" and "imagenet" in s.metric]
+    assert row["rmse"][i] == pytest.approx(0.0442, abs=5e-5)  # RESULTS.md: M4's largest win
+    assert row["wins"] == 0  # against zeros
+
+
+def test_split_at_holds_out_the_end_of_the_log_range():
+    x = np.geomspace(1, 1e4, 9)  # log10 x = 0, 0.5, ..., 4
+    y = np.linspace(0.1, 0.9, 9)  # given in decreasing x
+    s = holdout.split_at("c", x[::-1], y, fraction=0.3, metric="m")
+    np.testing.assert_array_equal(s.x_fit, x[:6])  # log10 x <= 2.8
+    np.testing.assert_array_equal(s.x_held, x[6:])
+    np.testing.assert_array_equal(s.y_held, y[2::-1])
+    with pytest.raises(ValueError, match="fraction must lie in"):
+        holdout.split_at("c", x, x / 1e5, fraction=1.0, metric="m")
+
+
+def test_score_and_summary():
+    x = np.geomspace(1e6, 1e9, 40)
+    y = 0.1 + 0.8 * (x / 1e6) ** -0.3
+    curve = holdout.split_at("a", x, y, fraction=0.2, metric="m", family="ViT")
+    scores, failures = holdout.evaluate(
+        [curve, holdout.split_at("b", x[:5], y[:5], fraction=0.5, metric="m")]
+    )
+    assert list(failures) == ["b m"] and "distinct x" in failures["b m"]
+    (s,) = scores
+    pred, lo, hi = holdout.predict(curve)
+    assert s.rmse == pytest.approx(_rmse_of_log(pred, curve.y_held))
+    assert s.n_fit + s.n_held == 40 and s.reach == pytest.approx(x[-1] / curve.x_fit.max())
+    summary = holdout.summarise([s, s])
+    assert summary["rmse_by_family"] == {"ViT": s.rmse} and summary["curves"] == 2
+    assert summary["coverage_pooled"] == pytest.approx(s.coverage)
+    assert "2 curves" in holdout.summary_lines(summary)[0]
+
+
+def test_power_law_estimator_is_the_frontier_fit_with_its_band():
+    x = np.geomspace(1e6, 1e9, 30)
+    y = 0.1 + 0.8 * (x / 1e6) ** -0.3
+    curve = holdout.split_at("a", x, y, fraction=0.2, metric="m")
+    pred, lo, hi = holdout.predict(curve, estimator="power-law", bootstrap=20)
+    assert np.all(lo <= pred + 1e-12) and np.all(pred <= hi + 1e-12)
+    assert _rmse_of_log(pred, curve.y_held) < 0.01  # its own law
+    with pytest.raises(ValueError, match="unknown estimator 'M4'; valid: extrapolate, power-law"):
+        holdout.predict(curve, estimator="M4")
+
+
+def test_frontier_splits_use_each_groups_frontier():
+    cells = pd.DataFrame(
+        {
+            "family": ["ViT"] * 6,
+            "exaflops": [1, 2, 3, 4, 5, 6],
+            "acc": [10, 20, 15, 30, 40, 50],  # the third run is dominated
+        }
+    )
+    (s,) = holdout.frontier_splits(cells, metric="acc", x="exaflops", by="family", fraction=0.1)
+    np.testing.assert_array_equal(np.concatenate([s.x_fit, s.x_held]), [1, 2, 4, 5, 6])
+    assert s.family == "ViT" and s.y_held == pytest.approx([0.5])
