@@ -21,6 +21,14 @@ sets can share a folder):
   the paper has;
 - ``curves_<metric>.png|pdf`` with ``curves``: the same metrics along training.
 
+:func:`reference_figures` draws a reference data set (:mod:`analysis.reference`) the same
+way; for ``jft-curves``, the JFT-300M learning curves of Alabdulmohsin et al. (2022):
+
+- ``jft-curves_compute_<k>shot.png|pdf``: Fig. 5's view, few-shot error against
+  pre-training exaFLOPs, one line per model, crossovers marked (Mixer left out: no compute
+  count, the figure says so); ``jft-curves_examples_<k>shot.png|pdf``: against examples seen
+  (Fig. 4's axis), every model; ``jft-curves_crossovers_<k>shot.md``: the crossovers.
+
 ``overlay_paper`` draws Table 6's points (hollow markers) in every compute panel whose
 metric the paper measured under the same name; where none is comparable (few-shot or
 synthetic-task accuracy), the paper's two panels are drawn beside ours, with a note.
@@ -81,6 +89,64 @@ def paper_figures(
         caption="Paper Table 6: transfer accuracy (%) and pre-training exaFLOPs, JFT-300M.",
     )
     return written
+
+
+def reference_figures(
+    name: str, out: Path, formats: Sequence[str] = ("png", "pdf"), *, shots: int = 5
+) -> list[Path]:
+    """A reference data set's curves against compute and examples seen, with crossovers."""
+    from vitscale.record import EXAFLOPS, EXAMPLES_SEEN, parse_fewshot_key
+
+    from . import metrics as M
+    from .figures import learning
+    from .reference import check_name, jft
+
+    stem = f"{check_name(name)}_{{}}_{shots}shot"
+    history = jft.history()
+    metrics = M.fewshot_metrics(history, shots=shots)
+    if not metrics:
+        valid = sorted({p[1] for c in history.columns if (p := parse_fewshot_key(c))})
+        raise UserError(f"--shots {shots}: {name} has {', '.join(map(str, valid))}-shot curves")
+    uncounted = sorted(history.loc[history[EXAFLOPS].isna(), "model"].unique())
+    note = None
+    if uncounted:
+        note = f"{', '.join(uncounted)}: not drawn (vitscale.flops does not count their layers)"
+    written, tables = [], {}
+    for x, view, view_note in ((EXAFLOPS, "compute", note), (EXAMPLES_SEEN, "examples", None)):
+        paths, found = learning.write(
+            history,
+            out,
+            metrics=metrics,
+            stem=stem.format(view),
+            x=x,
+            note=view_note,
+            formats=formats,
+        )
+        written += paths
+        tables[x] = found
+    table = out / f"{stem.format('crossovers')}.md"
+    table.write_text(_crossover_table(name, tables))
+    return [*written, table]
+
+
+def _crossover_table(name: str, tables: dict) -> str:
+    from . import metrics as M
+
+    lines = [
+        f"# Crossovers of the {name} curves (analysis.crossover)",
+        "",
+        "| x axis | metric | ahead after | behind after | x | between |",
+        "|---|---|---|---|---:|---|",
+    ]
+    for x, found in tables.items():
+        for metric, rows in found.items():
+            for a, b, c in rows:
+                ahead, behind = (a, b) if c.leader == "a" else (b, a)
+                lines.append(
+                    f"| {x} | {M.short_label(metric)} | {ahead} | {behind} | {c.x:.3g} "
+                    f"| [{c.x_before:.3g}, {c.x_after:.3g}] |"
+                )
+    return "\n".join(lines) + "\n"
 
 
 def compute_metrics(done, *, metric: Sequence[str] | None, shots: int):

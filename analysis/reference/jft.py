@@ -119,6 +119,11 @@ def history() -> pd.DataFrame:
     """The curves as a history frame (:func:`vitscale.record.cells.history_frame`): one row
     per model and examples seen, ``compute/exaflops``, and a column per few-shot metric,
     accuracy in percent (NaN where that task was not evaluated at that point)."""
+    return _history().copy()
+
+
+@cache
+def _history() -> pd.DataFrame:
     ident = [*HISTORY_COLUMNS, EXAMPLES_SEEN, EXAFLOPS]
     points: dict[tuple, dict] = {}
     for r in _measurements().to_dict("records"):

@@ -125,3 +125,69 @@ def test_fit_errors(runs):
         _run("fit", [str(runs), "--metric", "nope"])
     with pytest.raises(UserError, match="at least 4 distinct"):
         _run("fit", ["--paper", "--x", "examples", "--by", "none"])  # Table 6: one data size
+
+
+def test_figures_reference_jft_curves(tmp_path, capsys):
+    argv = ["--reference", "jft-curves", "--shots", "25", "--out", str(tmp_path)]
+    assert _run("figures", [*argv, "--format", "png"]) == 0
+    printed = sorted(p.rsplit("/", 1)[-1] for p in capsys.readouterr().out.split())
+    assert printed == [
+        "jft-curves_compute_25shot.png",
+        "jft-curves_crossovers_25shot.md",
+        "jft-curves_examples_25shot.png",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == printed
+    table = (tmp_path / "jft-curves_crossovers_25shot.md").read_text()
+    assert "| examples_seen | ImageNet 25-shot | ViT-B/16 | BiT-R50x1 |" in table
+    with pytest.raises(UserError, match="--shots 1: jft-curves has 5, 10, 25-shot curves"):
+        _run("figures", ["--reference", "jft-curves", "--shots", "1", "--out", str(tmp_path)])
+
+
+def test_fit_holdout_on_a_reference_curve_json(capsys):
+    argv = ["--reference", "jft-curves", "--holdout", "--model", "ViT-B/16"]
+    argv += ["--metric", "fewshot/imagenet/5shot", "--level", "0.9", "--json"]
+    assert _run("fit", argv) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["holdout"] == "split" and got["estimator"] == "extrapolate"
+    (curve,) = got["curves"]
+    assert (curve["name"], curve["n_fit"], curve["n_held"], curve["level"]) == (
+        "ViT-B/16",
+        68,
+        361,
+        0.9,
+    )
+    assert curve["rmse"] == pytest.approx(0.0442, abs=5e-5)  # benchmarks/RESULTS.md
+    assert 0 <= curve["coverage"] <= 1 and got["summary"]["rmse_mean"] == curve["rmse"]
+
+
+def test_fit_holdout_on_runs_frontiers_and_curves(tmp_path, capsys):
+    steps = tuple(40 * 2**i for i in range(8))  # 8 compute budgets: a frontier to cut
+    fixtures.write_runs(
+        tmp_path, cells=8, models=("ViT-Pico/4",), subsets=(10_000,), steps=steps, evals=12
+    )
+    argv = [str(tmp_path), "--holdout", "0.3", "--curves", "--metric"]
+    assert _run("fit", [*argv, "fewshot/synthetic-shapes/5shot", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["holdout"] == 0.3 and len(got["curves"]) == 8 and not got["failures"]
+    assert all(c["n_fit"] + c["n_held"] == 12 for c in got["curves"])
+    # frontiers: the 8 cells' (compute, accuracy) points of one family
+    assert _run("fit", [str(tmp_path), "--holdout", "0.3", "--x", "exaflops"]) == 0
+    out = capsys.readouterr().out
+    assert "RMSE of log error" in out and "interval: coverage" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["RUNS", "--holdout"], "runs have no published split"),
+        (["RUNS", "--holdout", "1.5"], r"--holdout '1.5': give a FRACTION in \(0, 1\)"),
+        (["--reference", "jft-curves", "--model", "ViT-H/14"], "unknown model.*valid: BiT-R101x3"),
+        (["--reference", "jft-curves", "--estimator", "M4"], "valid: extrapolate, power-law"),
+        (["RUNS", "--reference", "jft-curves"], "give it alone"),
+        (["RUNS", "--curves"], "--curves goes with --holdout"),
+    ],
+)
+def test_fit_holdout_errors(argv, match, runs):
+    argv = [str(runs) if a == "RUNS" else a for a in argv]
+    with pytest.raises(UserError, match=match):
+        _run("fit", argv)

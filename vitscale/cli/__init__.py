@@ -55,12 +55,14 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Handle
         export.run,
     ),
     "figures": (
-        "draw Figs. 3/4/5 and Table 6 from runs (or --paper from the paper's tables)",
+        "draw Figs. 3/4/5 and Table 6 from runs (or --paper from the paper's tables, "
+        "--reference from published learning curves)",
         figures.configure_figures,
         figures.run_figures,
     ),
     "fit": (
-        "fit the saturating power law error = a (C + d)^-b + c to the frontier",
+        "fit the saturating power law error = a (C + d)^-b + c to the frontier; --holdout: "
+        "backtest an extrapolation (RMSE of log error, interval coverage)",
         figures.configure_fit,
         figures.run_fit,
     ),

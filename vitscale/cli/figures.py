@@ -3,6 +3,11 @@ library (:mod:`analysis.draw`, :func:`analysis.scaling.fit_groups`,
 :func:`analysis.summary.summarise`). Nothing heavy is imported until a handler runs, so
 ``vitscale --help`` stays fast; the files written are listed in :mod:`analysis.draw`.
 
+``vitscale figures --reference jft-curves --out DIR`` draws a reference data set
+(:func:`analysis.draw.reference_figures`); ``vitscale fit --holdout`` backtests an
+extrapolation (:mod:`analysis.holdout`): on a reference's curves, on each cell's learning
+curve (``--curves``) or on each group's frontier.
+
 ``vitscale figures --wandb ENTITY/PROJECT --group GRID --out DIR`` draws the same files
 from the grid's W&B runs (:func:`vitscale.record.wandb_runs.load_wandb`, online), so a
 laptop with no run folders can redraw a study.
@@ -16,6 +21,7 @@ from pathlib import Path
 
 from ..errors import UserError, user_errors
 
+SPLIT = "split"  # --holdout without a FRACTION: a reference's published split
 # --x of `vitscale fit`: the cost axis of the law.
 X_COLUMNS = {"exaflops": "exaflops", "examples": "num_examples", "examples_seen": "examples_seen"}
 
@@ -32,6 +38,12 @@ def _add_runs(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_reference(p: argparse.ArgumentParser, help_text: str) -> None:
+    from analysis.reference import NAMES  # light: no pandas at import
+
+    p.add_argument("--reference", choices=NAMES, help=help_text)
+
+
 def configure_figures(p: argparse.ArgumentParser) -> None:
     from analysis.figures import AGGREGATES  # light: no pandas at import
 
@@ -41,6 +53,13 @@ def configure_figures(p: argparse.ArgumentParser) -> None:
         "--paper",
         action="store_true",
         help="redraw the paper's Figs. 3 and 5 and Table 6 from its tables",
+    )
+    _add_reference(
+        p,
+        "draw a reference data set's --shots curves: jft-curves, the JFT-300M few-shot "
+        "learning curves of Alabdulmohsin et al. 2022, error against pre-training exaFLOPs "
+        "(Fig. 5's view; Mixer left out: no compute count) and against examples seen, "
+        "crossovers marked",
     )
     p.add_argument(
         "--overlay-paper",
@@ -160,8 +179,11 @@ def _options(args: argparse.Namespace):
 
 
 def _check_figures(args: argparse.Namespace) -> None:
-    if not args.paper and not args.runs and not args.wandb:
-        raise UserError("vitscale figures: give RUNS_DIR..., --wandb ENTITY/PROJECT and/or --paper")
+    if not args.paper and not args.runs and not args.wandb and not args.reference:
+        raise UserError(
+            "vitscale figures: give RUNS_DIR..., --wandb ENTITY/PROJECT, --paper and/or "
+            "--reference NAME"
+        )
     if args.wandb and args.runs:
         raise UserError("give RUNS_DIR... or --wandb ENTITY/PROJECT, not both")
     if args.group and not args.wandb:
@@ -174,12 +196,14 @@ def _check_figures(args: argparse.Namespace) -> None:
 
 def run_figures(args: argparse.Namespace) -> int:
     """Handler of ``vitscale figures``: prints the files written, one per line."""
-    from analysis.draw import draw_figures, paper_figures
+    from analysis.draw import draw_figures, paper_figures, reference_figures
 
     _check_figures(args)
     written: list[Path] = []
     if args.paper:
         written += paper_figures(args.out, args.formats, fit=args.fit, bootstrap=args.bootstrap)
+    if args.reference:
+        written += reference_figures(args.reference, args.out, args.formats, shots=args.shots)
     if args.runs:
         cells = _load(args.runs)
         if cells.empty:
@@ -223,32 +247,79 @@ def configure_fit(p: argparse.ArgumentParser) -> None:
     p.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--holdout",
+        nargs="?",
+        const=SPLIT,
+        metavar="FRACTION",
+        help="backtest instead of fitting: fit each curve's early part, predict the rest, "
+        "report the RMSE of log error and the coverage of the --level interval. FRACTION "
+        "(0-1): hold out the last FRACTION of each curve's log-x range, e.g. 0.3; without "
+        "it: a --reference's published split. Curves: --reference's, each cell's with "
+        "--curves, else each --by group's frontier",
+    )
+    _add_reference(
+        p,
+        "with --holdout: a reference data set's curves (jft-curves: the 72 JFT-300M few-shot "
+        "learning curves of Alabdulmohsin et al. 2022, split by their authors)",
+    )
+    p.add_argument(
+        "--curves",
+        action="store_true",
+        help="with --holdout on runs: each cell's learning curve (metrics.jsonl: examples "
+        "seen -> few-shot error; --metric, default the --shots-shot ones) instead of the "
+        "frontiers",
+    )
+    p.add_argument(
+        "--model",
+        action="append",
+        metavar="NAME",
+        help="with --reference: only this model, repeatable (e.g. ViT-B/16)",
+    )
+    p.add_argument(
+        "--estimator",
+        default="extrapolate",
+        help="with --holdout: extrapolate (default; analysis.scaling.extrapolate) or "
+        "power-law (the law above on the curve's frontier, its bootstrap band)",
+    )
 
 
-def run_fit(args: argparse.Namespace) -> int:
-    """Handler of ``vitscale fit``: the law's parameters with bootstrap intervals."""
-    import json
-
+def _frames(args: argparse.Namespace):
+    """The paper's Table 6 and/or the finished cells under RUNS_DIR, as one frame."""
     import pandas as pd
 
     from analysis import paper
-    from analysis.scaling import fit_groups
 
     from ..record import STATUS_DONE
 
-    if not args.paper and not args.runs:
-        raise UserError("vitscale fit: give RUNS_DIR... and/or --paper")
-    if args.bootstrap < 0:
-        raise UserError(f"--bootstrap must be >= 0, got {args.bootstrap}")
-    if not 0 < args.level < 1:
-        raise UserError(f"--level must lie in (0, 1), got {args.level}")
     frames = [paper.table6_frame()] if args.paper else []
     if args.runs:
         cells = _load(args.runs)
         frames.append(cells[cells["status"] == STATUS_DONE])
+    return pd.concat(frames, ignore_index=True)
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    """Handler of ``vitscale fit``: the law's parameters with bootstrap intervals, or with
+    ``--holdout`` a backtest of extrapolation (:func:`run_holdout`)."""
+    import json
+
+    from analysis.scaling import fit_groups
+
+    if args.bootstrap < 0:
+        raise UserError(f"--bootstrap must be >= 0, got {args.bootstrap}")
+    if not 0 < args.level < 1:
+        raise UserError(f"--level must lie in (0, 1), got {args.level}")
+    if args.holdout is not None or args.reference:
+        return run_holdout(args)
+    if not args.paper and not args.runs:
+        raise UserError("vitscale fit: give RUNS_DIR..., --paper and/or --reference NAME --holdout")
+    for option in ("curves", "model"):
+        if getattr(args, option):
+            raise UserError(f"--{option} goes with --holdout")
     by = None if args.by.lower() == "none" else args.by
     _, results, failures = fit_groups(
-        pd.concat(frames, ignore_index=True),
+        _frames(args),
         metric=args.metric,
         shots=args.shots,
         x=X_COLUMNS[args.x],
@@ -269,6 +340,106 @@ def run_fit(args: argparse.Namespace) -> int:
             print(f"== {by or 'all'} = {name}: cannot fit: {msg}\n")
     if not results:
         raise UserError(f"no group could be fitted ({'; '.join(failures.values())})")
+    return 0
+
+
+def _fraction(args: argparse.Namespace) -> float | None:
+    """--holdout's FRACTION (None: the reference's published split, also what
+    ``--reference`` alone backtests)."""
+    if args.holdout in (None, SPLIT):
+        if not args.reference:
+            raise UserError("runs have no published split: give --holdout FRACTION, e.g. 0.3")
+        return None
+    try:
+        fraction = float(args.holdout)
+    except ValueError:
+        fraction = float("nan")
+    if not 0 < fraction < 1:
+        raise UserError(
+            f"--holdout {args.holdout!r}: give a FRACTION in (0, 1) of the log-x range to "
+            "hold out, or nothing (a --reference's published split)"
+        )
+    return fraction
+
+
+def _holdout_splits(args: argparse.Namespace, fraction: float | None) -> list:
+    """The curves --holdout backtests: the reference's, each cell's (--curves) or each
+    group's frontier."""
+    from analysis import holdout
+    from analysis import metrics as M
+
+    if args.reference:
+        if args.runs or args.paper or args.curves:
+            raise UserError("--reference: give it alone (no RUNS_DIR, --paper or --curves)")
+        from analysis.reference import jft
+
+        metrics = [args.metric] if args.metric else None
+        with user_errors(ValueError):
+            return jft.splits(models=args.model, metrics=metrics, fraction=fraction)
+    if args.model:
+        raise UserError("--model selects a --reference's curves; for runs use --by model")
+    if not args.paper and not args.runs:
+        raise UserError("vitscale fit --holdout: give RUNS_DIR..., --paper or --reference NAME")
+    frame = _frames(args)
+    if args.curves:
+        if args.paper:
+            raise UserError("--curves backtests the cells' own learning curves: not with --paper")
+        from vitscale.record.cells import load_history
+
+        history, _ = load_history(frame)
+        found = M.fewshot_metrics(history, shots=args.shots)
+        metrics = [args.metric] if args.metric else found
+        if not metrics or metrics[0] not in history.columns:
+            raise UserError(
+                f"--metric {args.metric!r}: no such curve in metrics.jsonl; few-shot metrics: "
+                f"{', '.join(found) or 'none found'}"
+            )
+        return holdout.history_splits(history, metrics=metrics, fraction=fraction)
+    frame, metric = M.resolve_metric(frame, args.metric, shots=args.shots)
+    by = None if args.by.lower() == "none" else args.by
+    for column in (X_COLUMNS[args.x], by):
+        if column is not None and column not in frame.columns:
+            raise UserError(f"no column {column!r} in the results (--x, --by)")
+    return holdout.frontier_splits(
+        frame, metric=metric, x=X_COLUMNS[args.x], by=by, fraction=fraction
+    )
+
+
+def run_holdout(args: argparse.Namespace) -> int:
+    """``vitscale fit --holdout``: a table of the curves' RMSE of log error, coverage and
+    width, and their summary (:mod:`analysis.holdout`)."""
+    import json
+
+    from analysis import holdout
+
+    fraction = _fraction(args)
+    splits = _holdout_splits(args, fraction)
+    with user_errors(ValueError):
+        scores, failures = holdout.evaluate(
+            splits,
+            estimator=args.estimator,
+            level=args.level,
+            bootstrap=args.bootstrap,
+            progress=not args.json,
+        )
+    summary = holdout.summarise(scores)
+    if args.json:
+        out = {
+            "holdout": SPLIT if fraction is None else fraction,
+            "estimator": args.estimator,
+            "summary": summary,
+            "curves": [s.as_dict() for s in scores],
+            "failures": failures,
+        }
+        print(json.dumps(out, indent=2))
+    else:
+        if scores:
+            print(holdout.table(scores).to_string(index=False), end="\n\n")
+        print("\n".join(holdout.summary_lines(summary)))
+        for name, msg in failures.items():
+            print(f"cannot fit {name}: {msg}")
+    if not scores:
+        raise UserError(f"no curve could be backtested ({'; '.join(failures.values()) or 'none'})")
     return 0
 
 
