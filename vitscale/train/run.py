@@ -24,7 +24,13 @@ from ..plan import Plan, plan
 from ..published import Published, published_compute
 from . import checkpoint, finetune_progress
 from .optim import build_adamw, build_schedule
-from .runtime import make_accelerator, process_group_timeout, release
+from .runtime import (
+    from_every_rank,
+    from_rank0,
+    make_accelerator,
+    process_group_timeout,
+    release,
+)
 from .signals import PreemptionFlag, agreement_group
 from .speed import channels_last_for, compile_model, micro_batch_for, num_workers_for
 from .step import Step
@@ -116,27 +122,52 @@ class Run:
 
     def resume(self) -> None:
         """Restore the newest checkpoint that reads back whole (a corrupted latest falls
-        back to the one before); none readable: the cell fails, saying which."""
-        directory = self.run_dir / rf.CHECKPOINTS
-        latest = None
-        try:
-            latest, skipped = checkpoint.resumable(directory)
-            state, rng = checkpoint.load(latest, rank=self.rank) if latest else (None, None)
-        except Exception as e:  # noqa: BLE001 - reported in result.json, then raised
-            error = str(e) if isinstance(e, checkpoint.CheckpointError) else f"{latest}: {e}"
+        back to the one before); none readable: the cell fails, saying which. Rank 0
+        chooses (verifying once) and every process loads its choice: processes that chose
+        alone could resume at different steps after one of them failed a read, then hang."""
+        latest, skipped, error = from_rank0(self.accelerator, self._choose_checkpoint())
+        state = rng = None
+        if error is None and latest is not None:
+            try:
+                state, rng = checkpoint.load(latest, rank=self.rank)
+            except Exception as e:  # noqa: BLE001 - every process fails with it, below
+                rank = f"rank {self.rank}: " if self.world > 1 else ""
+                error = f"{rank}{latest}: {type(e).__name__}: {e}"
+            # one process that cannot load fails them all, now, not at a collective later
+            error = next((e for e in from_every_rank(self.accelerator, error) if e), None)
+        if error is not None:
             if self.is_main:
                 rf.RunResult.failure(self.resolved, error=error, failed_step=None).write(
                     self.run_dir
                 )
-            raise checkpoint.CheckpointError(error) from None
+            raise checkpoint.CheckpointError(error)
         for problem in skipped:
             self.accelerator.print(f"skipped a checkpoint that cannot be resumed from: {problem}")
         if latest is not None:
             self._restore(state, rng)
+            every = (
+                f": rank 0's choice, loaded by all {self.world} processes" if self.world > 1 else ""
+            )
             self.accelerator.print(
                 f"resumed from {latest} (step {self.step}, restart {self.progress['restarts']})"
+                + every
             )
         self.watch = Stopwatch(self.progress.get("time_s"))
+
+    def _choose_checkpoint(self) -> tuple[Path | None, list[str], str | None]:
+        """On rank 0: ``(checkpoint to resume from or None, the newer ones skipped and why,
+        None)``, or ``(None, [], why none can be resumed from)``; elsewhere nothing, as
+        rank 0's answer is what counts (:meth:`resume`)."""
+        if not self.is_main:
+            return None, [], None
+        directory = self.run_dir / rf.CHECKPOINTS
+        try:
+            latest, skipped = checkpoint.resumable(directory)
+        except checkpoint.CheckpointError as e:
+            return None, [], str(e)
+        except Exception as e:  # noqa: BLE001 - reported in result.json, then raised
+            return None, [], f"{directory}: {type(e).__name__}: {e}"
+        return latest, skipped, None
 
     def _restore(self, state: dict[str, Any], rng: dict[str, Any] | None) -> None:
         self.unwrapped.load_state_dict(state["model"])

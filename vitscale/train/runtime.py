@@ -19,6 +19,7 @@ import functools
 import gc
 import os
 import re
+from typing import Any
 
 import torch
 
@@ -104,6 +105,27 @@ def make_accelerator(
     if seed_everything is not None:
         set_seed(seed_everything)
     return accelerator, mixed
+
+
+def from_rank0(accelerator, value: Any) -> Any:
+    """Rank 0's ``value`` on every process (``value`` itself when alone): for a choice the
+    processes must make alike but only one should make (which checkpoint to resume from),
+    since each making it alone may see something else (a transient read error)."""
+    if accelerator.num_processes == 1:
+        return value
+    from accelerate.utils import broadcast_object_list
+
+    return broadcast_object_list([value], from_process=0)[0]
+
+
+def from_every_rank(accelerator, value: Any) -> list[Any]:
+    """Every process's ``value``, by rank, on every process: what each found alone (an
+    error loading its files), so that all of them act on it together."""
+    if accelerator.num_processes == 1:
+        return [value]
+    from accelerate.utils import gather_object
+
+    return gather_object([value])
 
 
 def shutdown() -> None:

@@ -1,0 +1,97 @@
+"""Many ranks, one run: under ``torchrun --nproc_per_node 2`` (gloo), every rank resumes
+from the checkpoint rank 0 chose, even when one rank alone fails a read. The runs happen in
+one launch (tests/helpers/ranks_driver.py) with faults injected on one rank only."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vitscale import record as rf
+
+from ..helpers.configs import tiny_config
+from ..helpers.faults import children
+
+pytestmark = pytest.mark.slow  # torchrun and two trainer processes
+
+DRIVER = Path(__file__).resolve().parents[1] / "helpers" / "ranks_driver.py"
+LAUNCH_TIMEOUT_S = 240  # a hang (ranks at different steps) fails instead of waiting 30 min
+
+
+def launch(script: Path, *args: str, timeout: float = LAUNCH_TIMEOUT_S) -> str:
+    """``torchrun --standalone --nproc_per_node 2 script args`` in a session of its own;
+    its output. A launch still running after ``timeout`` is killed, workers too, and fails
+    the test."""
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        str(script), *args,
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=os.environ | {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""},
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for pid in [proc.pid, *children(proc.pid)]:  # torchrun's workers: sessions of their own
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(
+            f"still running after {timeout:.0f} s (a hang?):\n{out[-4000:]}"
+        ) from None
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def ranks_config() -> dict:
+    """Eight steps, checkpoints every 4, dropout on, no evaluation: seconds per run."""
+    return tiny_config(
+        train={"steps": 8, "checkpoint_every": 4, "eval_every": None},
+        eval={"fewshot": {"datasets": []}, "upstream": {"examples": 0}},
+    )
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory) -> tuple[Path, list[dict], str]:
+    """The driver's runs, once: ``(its folder, what each rank saw, its output)``."""
+    out = tmp_path_factory.mktemp("ranks")
+    config = out / "cell.json"
+    config.write_text(json.dumps(ranks_config()))
+    output = launch(DRIVER, str(config), str(out))
+    return out, [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)], output
+
+
+def test_every_rank_resumes_from_the_checkpoint_rank0_chose(launched):
+    """Rank 1 alone would find the latest checkpoint (step 7) unreadable: both ranks still
+    resume at step 7, the one rank 0 verified, and finish together (no hang)."""
+    out, seen, output = launched
+    assert [s["stopped"] for s in seen] == [7, 7]
+    assert [s["resumed_at"] for s in seen] == [7, 7], output[-3000:]
+    assert [s["status"] for s in seen] == [rf.STATUS_DONE] * 2
+    assert "(step 7, restart 1): rank 0's choice, loaded by all 2 processes" in output
+    result = rf.read_json(out / "stopped" / rf.RESULT)
+    assert result["steps"] == 8 and result["num_processes"] == 2
+
+
+def test_one_rank_failing_to_load_fails_every_rank_with_its_error(launched):
+    """Rank 1 cannot read its files of the chosen checkpoint: every rank stops at once with
+    rank 1's error, which result.json records, instead of rank 0 training on alone."""
+    out, seen, _ = launched
+    errors = [s["load_error"] for s in seen]
+    assert errors[0] == errors[1]
+    assert errors[0].startswith("rank 1: ") and "Input/output error (injected)" in errors[0]
+    assert "step_000000007" in errors[0]
+    recorded = seen[0]["load_result"]
+    assert recorded["status"] == rf.STATUS_FAILED and recorded["error"] == errors[0]

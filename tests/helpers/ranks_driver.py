@@ -1,0 +1,127 @@
+"""Run under ``torchrun --nproc_per_node 2`` by tests/faults/test_ranks.py: several runs of
+one tiny cell in one launch (a launch costs seconds of start-up), each rank writing what it
+saw to ``<out>/rank<r>.json``. The faults are injected on one rank only, in this process:
+
+- ``stopped``: rank 0 alone gets SIGUSR1 during step 7 (the ranks must agree to stop);
+- ``load fails on rank 1``: resuming it, rank 1 cannot read its checkpoint files;
+- ``verify fails on rank 1``: resuming it again, rank 1 alone would find the latest
+  checkpoint unreadable (a transient read error) if it looked.
+
+    torchrun --standalone --nproc_per_node 2 ranks_driver.py CONFIG.json OUT
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+from vitscale import record as rf
+from vitscale.train import Preempted, checkpoint, run, step, train
+
+RANK = int(os.environ["RANK"])
+STOP_AT = 7  # between the periodic checkpoints at 4 and 8
+
+
+def main(config: dict, out: Path) -> None:
+    seen: dict = {}
+    stopped = out / "stopped"
+    with _on_rank0(step, "loss_fn", _signal_at(STOP_AT)):
+        try:
+            train(config, stopped)
+        except Preempted as e:
+            seen["stopped"] = e.step
+    with _on_rank1(checkpoint, "load", _fails):
+        try:
+            train(config, stopped)
+        except checkpoint.CheckpointError as e:
+            seen["load_error"] = str(e)
+            if RANK == 0:  # written by rank 0 before it raised
+                seen["load_result"] = rf.read_json(stopped / rf.RESULT)
+    unreadable = _latest_unreadable(stopped / rf.CHECKPOINTS)
+    with _on_rank1(checkpoint, "verify", unreadable), _recording_resume(seen):
+        seen["status"] = train(config, stopped).status
+    (out / f"rank{RANK}.json").write_text(json.dumps(seen))
+
+
+class _Patch:
+    """``module.name = value`` for the duration, on the ranks ``ranks`` only."""
+
+    def __init__(self, module, name: str, value, *, ranks: tuple[int, ...]) -> None:
+        self.module, self.name, self.value, self.ranks = module, name, value, ranks
+
+    def __enter__(self) -> None:
+        self.real = getattr(self.module, self.name)
+        if RANK in self.ranks:
+            setattr(self.module, self.name, self.value(self.real))
+
+    def __exit__(self, *exc) -> None:
+        setattr(self.module, self.name, self.real)
+
+
+def _on_rank0(module, name: str, value) -> _Patch:
+    return _Patch(module, name, value, ranks=(0,))
+
+
+def _on_rank1(module, name: str, value) -> _Patch:
+    return _Patch(module, name, value, ranks=(1,))
+
+
+def _signal_at(call: int):
+    def wrap(real):
+        calls = [0]
+
+        def loss_then_signal(*args, **kwargs):
+            calls[0] += 1
+            if calls[0] == call:
+                os.kill(os.getpid(), signal.SIGUSR1)
+            return real(*args, **kwargs)
+
+        return loss_then_signal
+
+    return wrap
+
+
+def _fails(real):
+    def load(path, *, rank):
+        raise OSError(5, "Input/output error (injected)", str(path / f"rng_rank{rank}.pt"))
+
+    return load
+
+
+def _latest_unreadable(directory: Path):
+    def wrap(real):
+        latest = checkpoint.latest(directory)
+
+        def verify(path):
+            return f"{path} cannot be read (injected)" if path == latest else real(path)
+
+        return verify
+
+    return wrap
+
+
+class _recording_resume:
+    """Record the step each rank resumed at."""
+
+    def __init__(self, seen: dict) -> None:
+        self.seen = seen
+
+    def __enter__(self) -> None:
+        self.real = real = run.Run.resume
+        seen = self.seen
+
+        def resume(self_run):
+            real(self_run)
+            seen["resumed_at"] = self_run.step
+
+        run.Run.resume = resume
+
+    def __exit__(self, *exc) -> None:
+        run.Run.resume = self.real
+
+
+if __name__ == "__main__":
+    main(json.loads(Path(sys.argv[1]).read_text()), Path(sys.argv[2]))
