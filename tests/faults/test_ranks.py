@@ -1,6 +1,7 @@
 """Many ranks, one run: under ``torchrun --nproc_per_node 2`` (gloo), every rank resumes
-from the checkpoint rank 0 chose, even when one rank alone fails a read. The runs happen in
-one launch (tests/helpers/ranks_driver.py) with faults injected on one rank only."""
+from the checkpoint rank 0 chose, even when one rank alone fails a read, and draws its own
+randomness, restored exactly on resume. The runs happen in one launch
+(tests/helpers/ranks_driver.py) with faults injected on one rank only."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from vitscale import record as rf
 
 from ..helpers.configs import tiny_config
 from ..helpers.faults import children
+from ..helpers.runs import assert_same_run
 
 pytestmark = pytest.mark.slow  # torchrun and two trainer processes
 
@@ -95,3 +97,14 @@ def test_one_rank_failing_to_load_fails_every_rank_with_its_error(launched):
     assert "step_000000007" in errors[0]
     recorded = seen[0]["load_result"]
     assert recorded["status"] == rf.STATUS_FAILED and recorded["error"] == errors[0]
+
+
+def test_each_rank_draws_its_own_dropout_and_a_resume_is_exact(launched):
+    """The ranks drop different units (seed + rank), and the run stopped at step 7 and
+    resumed on two ranks ends bit for bit as the uninterrupted one: each rank's RNGs are
+    restored from its own file."""
+    out, seen, _ = launched
+    masks = [s["mask"] for s in seen]
+    assert len(masks[0]) == len(masks[1]) and 0 < sum(masks[0]) < len(masks[0])
+    assert masks[0] != masks[1]
+    assert_same_run(out / "whole", out / "stopped")

@@ -1,6 +1,8 @@
 """Run under ``torchrun --nproc_per_node 2`` by tests/faults/test_ranks.py: several runs of
 one tiny cell in one launch (a launch costs seconds of start-up), each rank writing what it
-saw to ``<out>/rank<r>.json``. The faults are injected on one rank only, in this process:
+saw to ``<out>/rank<r>.json``: a run uninterrupted (``whole``: the first dropout mask each
+rank drew recorded), then the same run stopped and resumed (``stopped``). The faults are
+injected on one rank only, in this process:
 
 - ``stopped``: rank 0 alone gets SIGUSR1 during step 7 (the ranks must agree to stop);
 - ``load fails on rank 1``: resuming it, rank 1 cannot read its checkpoint files;
@@ -18,6 +20,8 @@ import signal
 import sys
 from pathlib import Path
 
+import torch.nn.functional as F
+
 from vitscale import record as rf
 from vitscale.train import Preempted, checkpoint, run, step, train
 
@@ -27,6 +31,8 @@ STOP_AT = 7  # between the periodic checkpoints at 4 and 8
 
 def main(config: dict, out: Path) -> None:
     seen: dict = {}
+    with _Patch(F, "dropout", _recording_first_mask(seen), ranks=(0, 1)):
+        train(config, out / "whole")
     stopped = out / "stopped"
     with _on_rank0(step, "loss_fn", _signal_at(STOP_AT)):
         try:
@@ -80,6 +86,21 @@ def _signal_at(call: int):
             return real(*args, **kwargs)
 
         return loss_then_signal
+
+    return wrap
+
+
+def _recording_first_mask(seen: dict):
+    """Record which units the first dropout in training dropped (its zeros)."""
+
+    def wrap(real):
+        def dropout(x, p=0.5, training=True, inplace=False):
+            y = real(x, p, training, inplace)
+            if training and p > 0 and "mask" not in seen:
+                seen["mask"] = y.eq(0).flatten()[:4096].tolist()
+            return y
+
+        return dropout
 
     return wrap
 

@@ -78,7 +78,10 @@ def use_cpu() -> bool:
 def make_accelerator(
     *, precision: str, seed_everything: int | None = None, timeout: dt.timedelta | None = None
 ):
-    """A fresh Accelerator for one run (``train`` may be called repeatedly in a process).
+    """A fresh Accelerator for one run (``train`` may be called repeatedly in a process),
+    every RNG seeded from ``seed_everything`` and this process's rank: processes that drew
+    the same numbers would drop the same units of their different examples (the weights
+    are rank 0's anyway: DDP broadcasts them); a resume restores each rank's RNGs.
 
     Accelerate keeps its precision in a process-wide singleton and refuses a second run
     with another precision; the per-run part is reset here, the process group (the
@@ -102,8 +105,8 @@ def make_accelerator(
         mixed_precision="bf16" if mixed == "bf16" else "no",
         kwargs_handlers=handlers,
     )
-    if seed_everything is not None:
-        set_seed(seed_everything)
+    if seed_everything is not None:  # seed + rank: each process its own dropout masks
+        set_seed(seed_everything, device_specific=True)
     return accelerator, mixed
 
 
