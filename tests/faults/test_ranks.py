@@ -1,7 +1,8 @@
 """Many ranks, one run: under ``torchrun --nproc_per_node 2`` (gloo), every rank resumes
 from the checkpoint rank 0 chose, even when one rank alone fails a read, and draws its own
-randomness, restored exactly on resume. The runs happen in one launch
-(tests/helpers/ranks_driver.py) with faults injected on one rank only."""
+randomness, restored exactly on resume, and a run that one rank's error ends records
+that error, named by rank, and ends promptly. The runs happen in launches of
+tests/helpers/ranks_driver.py and rank_fault_driver.py, faults injected on one rank."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,19 +20,24 @@ import pytest
 from vitscale import record as rf
 
 from ..helpers.configs import tiny_config
-from ..helpers.faults import children
+from ..helpers.faults import children, read_status
 from ..helpers.runs import assert_same_run
 
 pytestmark = pytest.mark.slow  # torchrun and two trainer processes
 
-DRIVER = Path(__file__).resolve().parents[1] / "helpers" / "ranks_driver.py"
+HELPERS = Path(__file__).resolve().parents[1] / "helpers"
+DRIVER = HELPERS / "ranks_driver.py"
+FAULT_DRIVER = HELPERS / "rank_fault_driver.py"
+PROMPTLY_S = 90  # a failed launch ends within this: nobody waits out a timeout
 LAUNCH_TIMEOUT_S = 240  # a hang (ranks at different steps) fails instead of waiting 30 min
 
 
-def launch(script: Path, *args: str, timeout: float = LAUNCH_TIMEOUT_S) -> str:
-    """``torchrun --standalone --nproc_per_node 2 script args`` in a session of its own;
-    its output. A launch still running after ``timeout`` is killed, workers too, and fails
-    the test."""
+def launch(
+    script: Path, *args: str, timeout: float = LAUNCH_TIMEOUT_S, ok: bool = True
+) -> tuple[int, str]:
+    """``torchrun --standalone --nproc_per_node 2 script args`` in a session of its own:
+    its exit code (0 unless not ``ok``) and output. A launch still running after
+    ``timeout`` is killed, workers too, and fails the test."""
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
         str(script), *args,
@@ -53,8 +60,8 @@ def launch(script: Path, *args: str, timeout: float = LAUNCH_TIMEOUT_S) -> str:
         raise AssertionError(
             f"still running after {timeout:.0f} s (a hang?):\n{out[-4000:]}"
         ) from None
-    assert proc.returncode == 0, out[-4000:]
-    return out
+    assert (proc.returncode == 0) == ok, out[-4000:]
+    return proc.returncode, out
 
 
 def ranks_config() -> dict:
@@ -71,7 +78,7 @@ def launched(tmp_path_factory) -> tuple[Path, list[dict], str]:
     out = tmp_path_factory.mktemp("ranks")
     config = out / "cell.json"
     config.write_text(json.dumps(ranks_config()))
-    output = launch(DRIVER, str(config), str(out))
+    _, output = launch(DRIVER, str(config), str(out))
     return out, [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)], output
 
 
@@ -108,3 +115,34 @@ def test_each_rank_draws_its_own_dropout_and_a_resume_is_exact(launched):
     assert len(masks[0]) == len(masks[1]) and 0 < sum(masks[0]) < len(masks[0])
     assert masks[0] != masks[1]
     assert_same_run(out / "whole", out / "stopped")
+
+
+@pytest.mark.parametrize(
+    ("fault", "recorded", "failed_step"),
+    [
+        ("raise-on-rank1", "rank 1: RuntimeError: injected on rank 1 at step 5", 5),
+        (
+            "checkpoint-write-on-rank0",
+            "rank 0: OSError: [Errno 5] Input/output error (injected): ",
+            5,  # the checkpoint after step 4
+        ),
+    ],
+)
+def test_the_first_failing_ranks_error_is_recorded_and_the_run_ends(
+    tmp_path, fault, recorded, failed_step
+):
+    """One rank dies of its error; the other then loses it ("Connection closed by peer").
+    result.json and ``vitscale status`` name the first rank and its error, and the launch
+    ends promptly."""
+    run = tmp_path / "grid" / "cell"
+    config = tmp_path / "cell.json"
+    config.write_text(json.dumps(ranks_config()))
+    started = time.monotonic()
+    code, output = launch(FAULT_DRIVER, str(config), str(run), fault, ok=False)
+    assert time.monotonic() - started < PROMPTLY_S, output[-3000:]
+    result = rf.read_json(run / rf.RESULT)
+    assert result["status"] == rf.STATUS_FAILED
+    assert result["error"].startswith(recorded), output[-3000:]
+    assert result["failed_step"] == failed_step
+    (row,) = read_status(tmp_path / "grid").values()
+    assert row["status"] == rf.STATUS_FAILED and recorded in row["note"]

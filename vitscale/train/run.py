@@ -4,6 +4,7 @@ built by :func:`setup`; :mod:`vitscale.train.pretrain` drives it through the pro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -36,6 +37,9 @@ from .speed import channels_last_for, compile_model, micro_batch_for, num_worker
 from .step import Step
 from .timing import Stopwatch
 from .tracking import Tracker
+
+# How long rank 0 waits for a dead process's own failure when all it saw was losing it.
+PEER_FAILURE_WAIT_S = 10.0
 
 
 def _fresh_progress() -> dict[str, Any]:
@@ -273,6 +277,28 @@ class Run:
             published=self.published.as_dict() if self.published else None,
         )
 
+    def first_failure(self, error: str, *, failed_step: int | None) -> tuple[str, int | None]:
+        """``(error, failed_step)`` to record for this process's failure. With several
+        processes each writes its own to the run folder first, and rank 0 records the
+        run's: the first real failure of any of them, named by rank
+        (:class:`vitscale.record.RankFailure`), not the "Connection closed by peer" a dead
+        process leaves the others; when that is all it knows, it waits at most
+        :data:`PEER_FAILURE_WAIT_S` for the dead one's note."""
+        if self.world == 1:
+            return error, failed_step
+        mine = rf.RankFailure(rank=self.rank, error=error, failed_step=failed_step, at=time.time())
+        with contextlib.suppress(OSError):  # a full disk: this process's output still says it
+            mine.write(self.run_dir)
+        if not self.is_main:
+            return error, failed_step
+        deadline = time.monotonic() + (PEER_FAILURE_WAIT_S if mine.lost_peer else 0.0)
+        while True:
+            found = rf.RankFailure.read_all(self.run_dir, world=self.world, since=self.started)
+            first = rf.RankFailure.first([mine, *(f for f in found if f.rank != self.rank)])
+            if not first.lost_peer or time.monotonic() >= deadline:
+                return first.describe(), first.failed_step
+            time.sleep(0.2)
+
     def finish(self, status: str, *, error=None, failed_step=None, tuned=None) -> rf.RunResult:
         """``result.json`` (rank 0, atomically), its W&B mirror, the tracker closed."""
         result = self.result(status, error=error, failed_step=failed_step, tuned=tuned)
@@ -293,8 +319,10 @@ class Run:
                 )
                 raise DiskFullError(disk_full_message(e, kept=kept)) from e
             self.tracker.summary(result)
-            if not failed:  # the fallback checkpoint is no longer needed
+            if not failed:  # the fallback checkpoint and earlier attempts' failures: done with
                 checkpoint.prune(self.run_dir / rf.CHECKPOINTS, keep=1)
+                for note in self.run_dir.glob(rf.RANK_FAILURE.format(rank="*")):
+                    note.unlink(missing_ok=True)
         self.tracker.close(failed=failed)
         return result
 
