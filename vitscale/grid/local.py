@@ -4,7 +4,7 @@ Each worker is one long-lived process (``python -m vitscale.grid.cellrun --serve
 runs the cells it is handed one after another, so the interpreter and library start-up is
 paid once per worker, not once per cell; a cell with ``processes > 1`` runs under its own
 ``torchrun``. Every cell's output is appended to ``RUN_DIR/log.txt``. The cores are split
-evenly between the workers (``OMP_NUM_THREADS``), and so are the GPUs: worker ``i`` sees
+evenly between the workers (threads and loader workers: :func:`worker_env`), and so are the GPUs: worker ``i`` sees
 only its own ``processes`` of them (``CUDA_VISIBLE_DEVICES``), so two cells never share
 ``cuda:0``.
 
@@ -32,6 +32,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .. import record as rf
+from ..data.workers import CELL_CPUS_ENV
 from ..record import LOG
 from .cellrun import EXIT_OK, EXIT_PREEMPTED, PARENT_ENV
 from .plan import Planned, prepare
@@ -214,8 +215,7 @@ def run_local(
     todo = [p for p in planned if p.action == "submit"]
     if workers < 1 or processes < 1:
         raise ValueError(f"workers and processes must be at least 1, got {workers} and {processes}")
-    threads = max(1, (os.cpu_count() or 1) // (workers * processes))
-    env = os.environ | {"OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+    env = worker_env(workers=workers, processes=processes)
     workers = min(workers, len(todo))
     groups = gpu_groups(visible_gpus(), workers=workers, processes=processes) if todo else None
     pool = [
@@ -223,6 +223,19 @@ def run_local(
         for i in range(workers)
     ]
     return _Pool(todo, pool, stop_timeout=stop_timeout).run()
+
+
+def worker_env(*, workers: int, processes: int) -> dict[str, str]:
+    """The environment of every worker: the machine's CPUs split evenly between the
+    ``workers`` cells running side by side, as threads per process (``OMP_NUM_THREADS``)
+    and as each cell's share, which its processes divide for their loader workers
+    (:data:`vitscale.data.workers.CELL_CPUS_ENV`)."""
+    per_cell = max(1, (os.cpu_count() or 1) // workers)
+    return os.environ | {
+        "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // (workers * processes))),
+        CELL_CPUS_ENV: str(per_cell),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def _label(item: Planned) -> str:
