@@ -1,7 +1,8 @@
 """Many ranks, one run: under ``torchrun --nproc_per_node 2`` (gloo), every rank resumes
 from the checkpoint rank 0 chose, even when one rank alone fails a read, and draws its own
 randomness, restored exactly on resume, and a run that one rank's error ends records
-that error, named by rank, and ends promptly. The runs happen in launches of
+that error, named by rank, and ends promptly; the local executor's cell under torchrun,
+stopped, checkpoints and is reported so. The runs happen in launches of
 tests/helpers/ranks_driver.py and rank_fault_driver.py, faults injected on one rank."""
 
 from __future__ import annotations
@@ -16,11 +17,20 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from vitscale import record as rf
 
 from ..helpers.configs import tiny_config
-from ..helpers.faults import children, read_status
+from ..helpers.faults import (
+    Foreground,
+    cell_config,
+    checkpoint_steps,
+    children,
+    last_logged,
+    read_status,
+    wait_for,
+)
 from ..helpers.runs import assert_same_run
 
 pytestmark = pytest.mark.slow  # torchrun and two trainer processes
@@ -146,3 +156,33 @@ def test_the_first_failing_ranks_error_is_recorded_and_the_run_ends(
     assert result["failed_step"] == failed_step
     (row,) = read_status(tmp_path / "grid").values()
     assert row["status"] == rf.STATUS_FAILED and recorded in row["note"]
+
+
+def test_a_grid_cell_under_torchrun_stopped_is_reported_checkpointed(tmp_path):
+    """``vitscale grid --processes 2`` (one cell under torchrun), SIGTERM to the grid while
+    the cell trains: the cell's two ranks checkpoint and exit 75, which torchrun reports as
+    1; the grid reads rank 0's own answer and says the cell checkpointed and stopped, and
+    ``vitscale status`` that it resumes from that checkpoint."""
+    from vitscale.config import cell_id, resolve
+
+    config = cell_config(seed=0)
+    grid = tmp_path / "ranks.yaml"
+    spec = {"name": "ranks", "base": config, "blocks": [{"name": "one", "axes": {"seed": [0]}}]}
+    grid.write_text(yaml.safe_dump(spec, sort_keys=False))
+    runs, markers = tmp_path / "runs", tmp_path / "markers"
+    markers.mkdir()
+    cell = runs / "ranks" / cell_id(resolve(config))
+    command = ["grid", str(grid), "--executor", "local", "--processes", "2", "--runs", str(runs)]
+    hold = {"FAULT_MARKERS": str(markers), "FAULT_HOLD": cell.name, "FAULT_HOLD_AFTER": "2"}
+    run = Foreground.start(tmp_path / "logs", *command, **hold)
+    wait_for((markers / f"{cell.name}.held").exists, timeout=180, what="the cell to train")
+    run.interrupt(signal.SIGTERM, group=False)  # as `kill` does
+    code, output = run.finish(timeout=180)
+    assert code == 128 + signal.SIGTERM, output[-3000:]
+    assert "1 cell(s) checkpointed and stopped" in output, output[-3000:]
+    assert "failed" not in output, output[-3000:]
+    assert run.left_behind() == [], output[-3000:]
+    step = last_logged(cell)
+    assert checkpoint_steps(cell)[-1] == step and not (cell / rf.RESULT).exists()
+    (row,) = read_status(runs / "ranks").values()
+    assert f"resumes from its checkpoint (step {step})" in row["note"]

@@ -32,6 +32,8 @@ EXIT_BUSY = 0  # another process holds the cell: nothing to do here
 EXIT_PREEMPTED = 75  # checkpointed after a preemption signal; run again to resume
 
 PARENT_ENV = "VITSCALE_PARENT_PID"  # set by the local executor: die with that process
+# Set by the local executor for a cell under torchrun: the file rank 0 answers in.
+ANSWER_ENV = "VITSCALE_ANSWER_FILE"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -117,6 +119,26 @@ def _agree_with_rank0(acquired: bool, config: dict) -> bool:
 def run_cell(run_dir: str | Path) -> int:
     """Train the cell in ``run_dir`` unless it is done or held by another process."""
     return _run_cell(Path(run_dir))[0]
+
+
+def answer_line(code: int, reason: str) -> str:
+    """How a cell answers the local executor: its exit code, a tab, the reason in one line."""
+    return f"{code}\t{' '.join(reason.split())}\n"
+
+
+def parse_answer(line: str) -> tuple[int, str] | None:
+    """:func:`answer_line` read back; None when there is none (the cell's process died)."""
+    code, _, reason = line.rstrip("\n").partition("\t")
+    return (int(code), reason) if code.lstrip("-").isdigit() else None
+
+
+def _answer(code: int, reason: str) -> None:
+    """Rank 0's answer for a grid that launched this cell under torchrun, which reports
+    only 1 when any worker exits non-zero: a checkpointed cell (75) would read as failed."""
+    path = os.environ.get(ANSWER_ENV)
+    if path and _rank() == 0:
+        with contextlib.suppress(OSError):
+            rf.write_text_atomic(path, answer_line(code, reason))
 
 
 def _run_cell(run_dir: Path) -> tuple[int, str]:
@@ -219,9 +241,8 @@ def serve() -> int:
                         code, reason = EXIT_FAILED, rf.describe_failure(e)
             except OSError as e:  # its log cannot even be opened (a full disk, a bad path)
                 code, reason = EXIT_FAILED, rf.describe_failure(e)
-            answer = f"{code}\t{' '.join(reason.split())}\n"
             try:
-                os.write(report, answer.encode())
+                os.write(report, answer_line(code, reason).encode())
             except OSError:  # BrokenPipeError: the grid is gone
                 return EXIT_PREEMPTED if code == EXIT_PREEMPTED else code
             if code == EXIT_PREEMPTED:  # stopped by a signal: no next cell
@@ -240,7 +261,9 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         sys.exit("usage: python -m vitscale.grid.cellrun RUN_DIR | --serve | --exec COMMAND...")
     try:
-        return run_cell(argv[0])
+        code, reason = _run_cell(Path(argv[0]))
+        _answer(code, reason)
+        return code
     finally:
         from ..train.runtime import shutdown
 
