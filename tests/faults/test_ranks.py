@@ -116,6 +116,18 @@ def test_one_rank_failing_to_load_fails_every_rank_with_its_error(launched):
     assert recorded["status"] == rf.STATUS_FAILED and recorded["error"] == errors[0]
 
 
+def test_with_data_download_rank0_builds_each_dataset_before_the_others(launched):
+    """``data.download``: rank 0 fetches (here: builds, 0.3 s) each dataset while rank 1
+    waits, then rank 1 builds from its files; never both into one folder at once."""
+    _, seen, _ = launched
+    builds = [
+        {(name, split): (start, end) for name, split, start, end in s["builds"]} for s in seen
+    ]
+    assert set(builds[0]) == set(builds[1]) == {("synthetic", "train"), ("synthetic", "test")}
+    for key, (_, rank0_done) in builds[0].items():
+        assert rank0_done <= builds[1][key][0], key
+
+
 def test_each_rank_draws_its_own_dropout_and_a_resume_is_exact(launched):
     """The ranks drop different units (seed + rank), and the run stopped at step 7 and
     resumed on two ranks ends bit for bit as the uninterrupted one: each rank's RNGs are

@@ -9,6 +9,9 @@ injected on one rank only, in this process:
 - ``verify fails on rank 1``: resuming it again, rank 1 alone would find the latest
   checkpoint unreadable (a transient read error) if it looked.
 
+Last, a run with ``data.download`` is set up and opened (``download``): when each rank
+built its datasets.
+
     torchrun --standalone --nproc_per_node 2 ranks_driver.py CONFIG.json OUT
 """
 
@@ -18,12 +21,15 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import torch.nn.functional as F
 
 from vitscale import record as rf
+from vitscale.evals import transfer
 from vitscale.train import Preempted, checkpoint, run, step, train
+from vitscale.train.signals import PreemptionFlag
 
 RANK = int(os.environ["RANK"])
 STOP_AT = 7  # between the periodic checkpoints at 4 and 8
@@ -49,7 +55,39 @@ def main(config: dict, out: Path) -> None:
     unreadable = _latest_unreadable(stopped / rf.CHECKPOINTS)
     with _on_rank1(checkpoint, "verify", unreadable), _recording_resume(seen):
         seen["status"] = train(config, stopped).status
+    seen["builds"] = _builds_when_downloading(config, out / "download")
     (out / f"rank{RANK}.json").write_text(json.dumps(seen))
+
+
+def _builds_when_downloading(config: dict, run_dir: Path) -> list:
+    """Set up a run with ``data.download`` (and its upstream evaluation) and open it:
+    ``[name, split, started, ended]`` of every dataset it built, each build taking 0.3 s
+    longer (as a download would)."""
+    builds = []
+
+    def wrap(real):
+        def build(name, split, **kwargs):
+            started = time.time()
+            time.sleep(0.3)
+            dataset = real(name, split, **kwargs)
+            builds.append([name, split, started, time.time()])
+            return dataset
+
+        return build
+
+    config = config | {
+        "data": config["data"] | {"download": True},
+        "eval": config["eval"] | {"upstream": {"examples": 32}},
+    }
+    both = (0, 1)
+    with (
+        _Patch(run, "build_dataset", wrap, ranks=both),
+        _Patch(transfer, "build_dataset", wrap, ranks=both),
+    ):
+        opened = run.setup(config, run_dir, PreemptionFlag())
+        opened.open()
+        opened.tracker.close()
+    return builds
 
 
 class _Patch:

@@ -17,7 +17,13 @@ import torch
 from .. import flops
 from .. import record as rf
 from ..config import Config, ConfigError
-from ..data import DatasetFormatError, DatasetNotFoundError, build_dataset, build_loader
+from ..data import (
+    DatasetFormatError,
+    DatasetNotFoundError,
+    build_dataset,
+    build_loader,
+    rank0_downloads_first,
+)
 from ..errors import DiskFullError, disk_full_message, is_disk_full
 from ..evals.transfer import TransferEvaluator
 from ..models import create_model
@@ -376,18 +382,19 @@ def _pretraining_set(planned: Plan, accelerator) -> tuple[Any, Plan]:
     cfg = planned.config
     d = cfg.data
     try:
-        train_set = build_dataset(
-            d.dataset,
-            "train",
-            root=d.root,
-            image_size=d.image_size,
-            subset=d.subset,
-            seed=cfg.seed,
-            download=d.download,
-            class_balanced=d.class_balanced,
-            shuffle_shards=d.shuffle_shards,
-            skip_bad_samples=d.skip_bad_samples,
-        )
+        with rank0_downloads_first(accelerator, download=d.download):
+            train_set = build_dataset(
+                d.dataset,
+                "train",
+                root=d.root,
+                image_size=d.image_size,
+                subset=d.subset,
+                seed=cfg.seed,
+                download=d.download,
+                class_balanced=d.class_balanced,
+                shuffle_shards=d.shuffle_shards,
+                skip_bad_samples=d.skip_bad_samples,
+            )
     except (DatasetNotFoundError, DatasetFormatError):
         raise
     except ValueError as e:  # a folder source's size is known only now
