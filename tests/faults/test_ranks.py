@@ -128,6 +128,15 @@ def test_with_data_download_rank0_builds_each_dataset_before_the_others(launched
         assert rank0_done <= builds[1][key][0], key
 
 
+def test_the_stop_signals_group_beside_nccl_waits_as_long_as_the_run(launched):
+    """The gloo group the ranks agree on a stop over (beside NCCL) gets the run's process
+    group timeout, not gloo's 30 min default."""
+    from ..helpers.ranks_driver import STOP_GROUP_TIMEOUT_S
+
+    _, seen, _ = launched
+    assert [s["stop_group_timeout_s"] for s in seen] == [STOP_GROUP_TIMEOUT_S] * 2
+
+
 def test_each_rank_draws_its_own_dropout_and_a_resume_is_exact(launched):
     """The ranks drop different units (seed + rank), and the run stopped at step 7 and
     resumed on two ranks ends bit for bit as the uninterrupted one: each rank's RNGs are

@@ -10,7 +10,7 @@ injected on one rank only, in this process:
   checkpoint unreadable (a transient read error) if it looked.
 
 Last, a run with ``data.download`` is set up and opened (``download``): when each rank
-built its datasets.
+built its datasets; and the stop signal's group is created as beside NCCL: its timeout.
 
     torchrun --standalone --nproc_per_node 2 ranks_driver.py CONFIG.json OUT
 """
@@ -31,8 +31,9 @@ from vitscale.evals import transfer
 from vitscale.train import Preempted, checkpoint, run, step, train
 from vitscale.train.signals import PreemptionFlag
 
-RANK = int(os.environ["RANK"])
+RANK = int(os.environ.get("RANK", "0"))  # torchrun sets it
 STOP_AT = 7  # between the periodic checkpoints at 4 and 8
+STOP_GROUP_TIMEOUT_S = 4321.0  # a process group's timeout no default has
 
 
 def main(config: dict, out: Path) -> None:
@@ -56,7 +57,23 @@ def main(config: dict, out: Path) -> None:
     with _on_rank1(checkpoint, "verify", unreadable), _recording_resume(seen):
         seen["status"] = train(config, stopped).status
     seen["builds"] = _builds_when_downloading(config, out / "download")
+    seen["stop_group_timeout_s"] = _stop_group_timeout_beside_nccl()
     (out / f"rank{RANK}.json").write_text(json.dumps(seen))
+
+
+def _stop_group_timeout_beside_nccl() -> float:
+    """The timeout of the stop signal's gloo group as a run on NCCL creates it (the launch
+    is gloo: the default group's backend is said to be NCCL while it is created)."""
+    import datetime as dt
+
+    import torch
+    import torch.distributed as dist
+
+    from vitscale.train import signals
+
+    with _Patch(dist, "get_backend", lambda real: lambda *a: "nccl", ranks=(0, 1)):
+        group = signals.agreement_group(timeout=dt.timedelta(seconds=STOP_GROUP_TIMEOUT_S))
+    return group._get_backend(torch.device("cpu")).options._timeout.total_seconds()
 
 
 def _builds_when_downloading(config: dict, run_dir: Path) -> list:

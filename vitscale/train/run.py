@@ -340,10 +340,9 @@ def setup(config: dict | Config | Plan, run_dir: Path, preemption: PreemptionFla
     started, setup_started = time.time(), time.perf_counter()
     planned = config if isinstance(config, Plan) else plan(config)
     cfg = planned.config
+    timeout = process_group_timeout(flops.count(cfg.model.name, cfg.data.image_size).params)
     accelerator, precision = make_accelerator(
-        precision=cfg.train.precision,
-        seed_everything=cfg.seed,
-        timeout=process_group_timeout(flops.count(cfg.model.name, cfg.data.image_size).params),
+        precision=cfg.train.precision, seed_everything=cfg.seed, timeout=timeout
     )
     if planned.num_processes != accelerator.num_processes:  # the launch, known only now
         planned = planned.with_num_processes(accelerator.num_processes)
@@ -356,7 +355,7 @@ def setup(config: dict | Config | Plan, run_dir: Path, preemption: PreemptionFla
         preemption=preemption,
         accelerator=accelerator,
         precision=precision,
-        stop_group=agreement_group(),
+        stop_group=agreement_group(timeout=timeout),
         num_workers=num_workers_for(cfg, device=accelerator.device),
         train_set=train_set,
         total_steps=total_steps,
