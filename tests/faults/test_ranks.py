@@ -2,7 +2,7 @@
 from the checkpoint rank 0 chose, even when one rank alone fails a read, and draws its own
 randomness, restored exactly on resume, and a run that one rank's error ends records
 that error, named by rank, and ends promptly; the local executor's cell under torchrun,
-stopped, checkpoints and is reported so. The runs happen in launches of
+stopped, checkpoints and is reported so, and stopped at once leaves no process behind. The runs happen in launches of
 tests/helpers/ranks_driver.py and rank_fault_driver.py, faults injected on one rank."""
 
 from __future__ import annotations
@@ -179,21 +179,28 @@ def test_the_first_failing_ranks_error_is_recorded_and_the_run_ends(
     assert row["status"] == rf.STATUS_FAILED and recorded in row["note"]
 
 
-def test_a_grid_cell_under_torchrun_stopped_is_reported_checkpointed(tmp_path):
-    """``vitscale grid --processes 2`` (one cell under torchrun), SIGTERM to the grid while
-    the cell trains: the cell's two ranks checkpoint and exit 75, which torchrun reports as
-    1; the grid reads rank 0's own answer and says the cell checkpointed and stopped, and
-    ``vitscale status`` that it resumes from that checkpoint."""
+def _one_cell_grid(tmp_path: Path) -> tuple[list[str], Path]:
+    """``vitscale grid`` of one fault-grid cell on the local executor, 2 processes under
+    torchrun: the command's arguments and the cell's run folder."""
     from vitscale.config import cell_id, resolve
 
     config = cell_config(seed=0)
     grid = tmp_path / "ranks.yaml"
     spec = {"name": "ranks", "base": config, "blocks": [{"name": "one", "axes": {"seed": [0]}}]}
     grid.write_text(yaml.safe_dump(spec, sort_keys=False))
-    runs, markers = tmp_path / "runs", tmp_path / "markers"
-    markers.mkdir()
-    cell = runs / "ranks" / cell_id(resolve(config))
+    runs = tmp_path / "runs"
     command = ["grid", str(grid), "--executor", "local", "--processes", "2", "--runs", str(runs)]
+    return command, runs / "ranks" / cell_id(resolve(config))
+
+
+def test_a_grid_cell_under_torchrun_stopped_is_reported_checkpointed(tmp_path):
+    """``vitscale grid --processes 2`` (one cell under torchrun), SIGTERM to the grid while
+    the cell trains: the cell's two ranks checkpoint and exit 75, which torchrun reports as
+    1; the grid reads rank 0's own answer and says the cell checkpointed and stopped, and
+    ``vitscale status`` that it resumes from that checkpoint."""
+    command, cell = _one_cell_grid(tmp_path)
+    markers = tmp_path / "markers"
+    markers.mkdir()
     hold = {"FAULT_MARKERS": str(markers), "FAULT_HOLD": cell.name, "FAULT_HOLD_AFTER": "2"}
     run = Foreground.start(tmp_path / "logs", *command, **hold)
     wait_for((markers / f"{cell.name}.held").exists, timeout=180, what="the cell to train")
@@ -205,5 +212,22 @@ def test_a_grid_cell_under_torchrun_stopped_is_reported_checkpointed(tmp_path):
     assert run.left_behind() == [], output[-3000:]
     step = last_logged(cell)
     assert checkpoint_steps(cell)[-1] == step and not (cell / rf.RESULT).exists()
-    (row,) = read_status(runs / "ranks").values()
+    (row,) = read_status(cell.parent).values()
     assert f"resumes from its checkpoint (step {step})" in row["note"]
+
+
+def test_a_grid_cell_under_torchrun_stopped_at_once_leaves_no_process(tmp_path):
+    """Rank 0 stuck writing a checkpoint (a hung filesystem: it ignores signals), so the
+    grid kills torchrun after --stop-timeout: its workers, in sessions of their own that
+    the grid's signal does not reach, die with it instead of training on as orphans."""
+    command, cell = _one_cell_grid(tmp_path)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    stuck = {"FAULT_MARKERS": str(markers), "FAULT_STUCK": cell.name}
+    run = Foreground.start(tmp_path / "logs", *command, "--stop-timeout", "1", **stuck)
+    wait_for((markers / f"{cell.name}.stuck").exists, timeout=180, what="the checkpoint to hang")
+    run.interrupt(signal.SIGTERM, group=False)
+    code, output = run.finish(timeout=120)
+    assert code == 128 + signal.SIGTERM, output[-3000:]
+    assert f"1 stopped at once ({cell.name}" in output, output[-3000:]
+    assert run.left_behind() == [], output[-3000:]

@@ -32,6 +32,7 @@ EXIT_BUSY = 0  # another process holds the cell: nothing to do here
 EXIT_PREEMPTED = 75  # checkpointed after a preemption signal; run again to resume
 
 PARENT_ENV = "VITSCALE_PARENT_PID"  # set by the local executor: die with that process
+TORCHRUN_WORKER_ENV = "TORCHELASTIC_RUN_ID"  # set by torchrun in its workers' environment
 # Set by the local executor for a cell under torchrun: the file rank 0 answers in.
 ANSWER_ENV = "VITSCALE_ANSWER_FILE"
 _PR_SET_PDEATHSIG = 1
@@ -40,7 +41,8 @@ _PR_SET_PDEATHSIG = 1
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
     """Have the kernel send ``sig`` to this process when the process named by
     ``VITSCALE_PARENT_PID`` (its parent) ends, by any means. The variable is removed so
-    that this process's own children (``torchrun``'s workers) do not inherit it."""
+    that this process's own children do not inherit it (``torchrun``'s workers are told
+    to die with ``torchrun`` in their own: :func:`main`)."""
     parent = os.environ.pop(PARENT_ENV, None)
     if parent is None or not sys.platform.startswith("linux"):
         return
@@ -253,10 +255,13 @@ def serve() -> int:
 
 
 def main(argv: list[str]) -> int:
-    die_with_parent()
+    # torchrun's workers (sessions of their own, which the grid's signals do not reach) die
+    # at once with a torchrun killed at once: one stopped gently stops them itself.
+    die_with_parent(signal.SIGKILL if TORCHRUN_WORKER_ENV in os.environ else signal.SIGTERM)
     if argv == ["--serve"]:
         return serve()
     if argv[:1] == ["--exec"] and len(argv) > 1:  # torchrun, told to die with the grid first
+        os.environ[PARENT_ENV] = str(os.getpid())  # ... and its workers with it
         os.execvp(argv[1], argv[1:])
     if len(argv) != 1:
         sys.exit("usage: python -m vitscale.grid.cellrun RUN_DIR | --serve | --exec COMMAND...")
