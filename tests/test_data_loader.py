@@ -135,6 +135,34 @@ def test_loader_with_a_worker_renders_the_same_batches():
     del worker, worker_loader
 
 
+class _Augmented(torch.utils.data.Dataset):
+    """Examples whose augmentation draws from the loader worker's torch RNG, as a random
+    crop does."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int):
+        return torch.rand(3, 2, 2), torch.tensor(i)
+
+
+def test_loader_workers_of_two_ranks_augment_differently():
+    """Each rank's workers are seeded from (seed, rank): two processes' workers drawing the
+    same numbers would augment every step's examples alike."""
+    loaders = [
+        build_loader(_Augmented(), batch_size=4, seed=5, num_replicas=2, rank=r, num_workers=1)
+        for r in (0, 1)
+    ]
+    draws = [next(iter(loader)).images for loader in loaders]
+    assert not torch.equal(draws[0], draws[1])
+    again = next(
+        iter(
+            build_loader(_Augmented(), batch_size=4, seed=5, rank=0, num_replicas=2, num_workers=1)
+        )
+    )
+    assert torch.equal(again.images, draws[0])  # and from the same seed, the same draws
+
+
 def test_loader_over_real_sources_collates_examples(tmp_path):
     root = write_cifar10(tmp_path / "cifar")
     train = build_dataset("cifar10", "train", root=root, image_size=24)  # augmented

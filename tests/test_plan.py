@@ -63,6 +63,13 @@ def test_the_launch_is_checked_now_or_once_known():
     assert plan(tiny_config()).with_num_processes(8).num_processes == 8
     with pytest.raises(ConfigError, match="over 5 processes"):
         plan(tiny_config()).with_num_processes(5)
+    # fine-tuning's batch too, when there is fine-tuning: never rounded per process silently
+    tuned = tiny_config(eval={"finetune": {"datasets": ["synthetic-glyphs"], "batch_size": 30}})
+    assert _problems(tuned, num_processes=4) == [
+        "eval.finetune.batch_size: 30 does not split evenly over 4 processes; allowed: a "
+        "multiple of 4"
+    ]
+    assert plan(tuned, num_processes=2).num_processes == 2
 
 
 def test_every_problem_is_reported_at_once_and_once():
@@ -79,12 +86,13 @@ def test_every_problem_is_reported_at_once_and_once():
     assert [p.split(":")[0] for p in problems] == [
         "optim.warmup_steps",
         "train.batch_size",
+        "eval.finetune.batch_size",  # 512 over 3
         "data",
         "eval.finetune",
         "resources",
     ]
-    assert problems[2].startswith(f"data: {FOLDER}: nothing under /nowhere")
-    assert problems[3].startswith("eval.finetune: cifar10: nothing under")
+    assert problems[3].startswith(f"data: {FOLDER}: nothing under /nowhere")
+    assert problems[4].startswith("eval.finetune: cifar10: nothing under")
 
 
 def test_datasets_are_checked_only_when_asked():

@@ -4,6 +4,8 @@ split between local workers, and evaluation samples drawn at random, never the f
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +18,7 @@ from vitscale.config import resolve
 from vitscale.data import build_dataset
 from vitscale.data import workers as loader_workers
 from vitscale.evals.features import evaluation_sample
-from vitscale.grid.local import gpu_groups
+from vitscale.grid.local import gpu_groups, worker_env
 from vitscale.grid.profile import load_profile
 from vitscale.train import runtime
 
@@ -96,6 +98,7 @@ def test_profiles_use_current_nccl_variable_names(tmp_path):
 def test_loader_workers_are_chosen_per_machine(monkeypatch):
     monkeypatch.setattr(loader_workers, "available_cpus", lambda: 96)
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    monkeypatch.delenv(loader_workers.CELL_CPUS_ENV, raising=False)
     auto = loader_workers.auto_num_workers
     assert auto(processes_on_node=8, accelerated=True) == 11  # 12 CPUs each, one trains
     assert auto(processes_on_node=1, accelerated=True) == loader_workers.MAX_AUTO_WORKERS
@@ -104,6 +107,60 @@ def test_loader_workers_are_chosen_per_machine(monkeypatch):
     assert auto(processes_on_node=8, accelerated=True) == 3
     with pytest.raises(ValueError, match="data.num_workers must be 0 or more"):
         resolve(tiny_config(data={"num_workers": -1}))
+
+
+_SHARES = """
+import json, os, sys
+from vitscale.data.workers import CELL_CPUS_ENV, auto_num_workers, cpu_share
+for cpus, env in json.loads(sys.argv[1]):
+    os.sched_setaffinity(0, cpus or os.sched_getaffinity(os.getppid()))  # what taskset -c does
+    for key in ("SLURM_CPUS_PER_TASK", CELL_CPUS_ENV):
+        os.environ.pop(key, None)
+    os.environ.update(env)
+    local = int(os.environ["LOCAL_WORLD_SIZE"])
+    print(json.dumps([cpu_share(processes_on_node=local), auto_num_workers(processes_on_node=local, accelerated=True)]))
+"""
+
+
+def test_a_process_bound_to_its_cpus_keeps_them():
+    """srun (or taskset) binds each task to its own CPUs: they are its share already, not to
+    be divided again between the node's tasks; CPUs the node's processes share are. One
+    process, its affinity set case after case as taskset sets it, under the test's."""
+    cpus = sorted(os.sched_getaffinity(0))
+    cases = [
+        ([cpus[0]], {"SLURM_CPUS_PER_TASK": "1", "LOCAL_WORLD_SIZE": "2"}),  # srun, 1 per task
+        (cpus[:2], {"SLURM_CPUS_PER_TASK": "2", "LOCAL_WORLD_SIZE": "2"}),  # srun, 2 per task
+        (cpus[:2], {"LOCAL_WORLD_SIZE": "2"}),  # taskset -c: narrower than the parent's if > 2
+        (None, {"LOCAL_WORLD_SIZE": "2"}),  # torchrun's workers: the agent's CPUs, shared
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", _SHARES, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    shares = [json.loads(line) for line in done.stdout.splitlines()]
+    assert shares[0] == [1, 0]  # dividing again: 0 CPUs
+    assert shares[1] == [2, 1]  # one for the loop, one loader worker (dividing again: none)
+    assert shares[2] == ([2, 1] if len(cpus) > 2 else [1, 0])
+    assert shares[3][0] == max(1, len(cpus) // 2)
+
+
+def test_the_local_executor_splits_the_machine_between_its_cells(monkeypatch):
+    """``--workers 4 --processes 2`` on 16 CPUs: 4 per cell, 2 per process, as threads and
+    as loader workers (one beside the loop), not the 8 per process of a cell alone."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    env = worker_env(workers=4, processes=2)
+    assert env["OMP_NUM_THREADS"] == "2" and env[loader_workers.CELL_CPUS_ENV] == "4"
+    monkeypatch.setattr(loader_workers, "available_cpus", lambda: 16)
+    monkeypatch.setattr(loader_workers, "_bound_alone", lambda cpus: False)
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    monkeypatch.delenv(loader_workers.CELL_CPUS_ENV, raising=False)
+    assert loader_workers.cpu_share(processes_on_node=2) == 8  # a cell alone
+    monkeypatch.setenv(loader_workers.CELL_CPUS_ENV, env[loader_workers.CELL_CPUS_ENV])
+    assert loader_workers.cpu_share(processes_on_node=2) == 2
+    assert loader_workers.auto_num_workers(processes_on_node=2, accelerated=True) == 1
 
 
 _FORK_READY = """

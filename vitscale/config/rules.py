@@ -224,7 +224,7 @@ def length_checks(cfg: Config, total_steps: int) -> tuple[list[str], list[str]]:
 
 def launch_problems(cfg: Config, num_processes: int) -> list[str]:
     """What a launch on ``num_processes`` processes cannot run: a global batch (or its
-    micro-batches) that does not split evenly over them."""
+    micro-batches) that does not split evenly over them, pre-training's or fine-tuning's."""
     problems = []
     t = cfg.train
     micro = t.micro_batch_size or t.batch_size // num_processes
@@ -236,6 +236,11 @@ def launch_problems(cfg: Config, num_processes: int) -> list[str]:
             + f"; allowed: a multiple of {num_processes * (t.micro_batch_size or 1)}"
         )
     ft = cfg.eval.finetune
+    if ft.datasets and ft.batch_size % num_processes:  # else each process silently rounds
+        problems.append(
+            f"eval.finetune.batch_size: {ft.batch_size} does not split evenly over "
+            f"{num_processes} processes; allowed: a multiple of {num_processes}"
+        )
     ft_per_process = max(1, ft.batch_size // num_processes)
     if ft.micro_batch_size and ft_per_process % ft.micro_batch_size:
         problems.append(

@@ -15,6 +15,7 @@ _EXPORTS = {
     "build_dataset": "build",
     "build_fewshot": "build",
     "finetune_splits": "build",
+    "rank0_downloads_first": "build",
     "known_size": "available",
     "check_available": "available",
     "build_loader": "stream",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +60,16 @@ def _base(
     fraction = SOURCES[source].val_fraction if val_fraction is None else val_fraction
     minitrain, val = holdout_split(len(ds), fraction)
     return IndexedDataset(ds, minitrain if split == "minitrain" else val)
+
+
+def rank0_downloads_first(accelerator, *, download: bool) -> contextlib.AbstractContextManager:
+    """Where a run's processes build datasets. With ``download`` (``data.download``), rank
+    0 builds first and fetches what is missing while the others wait, then they build
+    from its files: several processes fetching one archive into one folder at once would
+    write over each other. Without, all at once."""
+    if download and accelerator.num_processes > 1:
+        return accelerator.main_process_first()
+    return contextlib.nullcontext()
 
 
 def build_dataset(

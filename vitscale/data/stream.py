@@ -190,7 +190,7 @@ def build_loader(
 
     ``batch_size`` is per process. With ``num_workers > 0`` batches are rendered or decoded
     in worker processes; real map-style datasets' random augmentation then draws from the
-    workers' seeds, so only ``num_workers=0`` resumes bit-exactly with augmentation on (the
+    workers' seeds (drawn from ``seed`` and ``rank``), so only ``num_workers=0`` resumes bit-exactly with augmentation on (the
     synthetic set has no augmentation and resumes exactly either way; a sharded set seeds
     each example's augmentation itself and is exact with workers too). Workers ignore
     SLURM's signals, which the trainer handles (:mod:`vitscale.data.workers`).
@@ -215,6 +215,8 @@ def build_loader(
         # One iterator serves the whole run (the stream is endless), so workers need not
         # persist; not persisting lets a reading error stop them at once.
         # Its own generator: starting an iterator would otherwise draw from the global
-        # torch RNG (the workers' base seed) and shift dropout after a resume.
-        generator=torch.Generator().manual_seed(seed),
+        # torch RNG (the workers' base seed) and shift dropout after a resume. Seeded per
+        # rank, as the trainer's own RNGs are: the workers of two processes augment alike
+        # otherwise.
+        generator=torch.Generator().manual_seed(seed + rank),
     )

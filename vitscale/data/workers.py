@@ -36,6 +36,8 @@ PREEMPTION_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 STOP_SIGNALS = (*PREEMPTION_SIGNALS, signal.SIGINT)
 
 MAX_AUTO_WORKERS = 16  # per process; more rarely pays at 224 px
+# The CPUs the local executor gives each cell it runs beside others (vitscale.grid.local).
+CELL_CPUS_ENV = "VITSCALE_CELL_CPUS"
 
 
 def worker_init(worker_id: int) -> None:
@@ -82,14 +84,40 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def _bound_alone(cpus: int) -> bool:
+    """Whether this process's CPUs were bound for it alone, so that they are its share
+    already: by srun (no more of them than ``SLURM_CPUS_PER_TASK``) or by taskset (fewer
+    than its parent's). Otherwise the node's processes share them (torchrun's workers
+    inherit the agent's set), and dividing them again would leave each too few."""
+    per_task = os.environ.get("SLURM_CPUS_PER_TASK")
+    if per_task and cpus <= int(per_task):
+        return True
+    try:
+        return os.sched_getaffinity(0) < os.sched_getaffinity(os.getppid())
+    except (AttributeError, OSError):  # not Linux, or the parent is gone
+        return False
+
+
+def cpu_share(*, processes_on_node: int) -> int:
+    """CPUs this training process may keep busy (at least 1): its own when they were bound
+    for it (:func:`_bound_alone`), else its part of the ones it shares with the node's
+    ``processes_on_node``; never more than SLURM gave the task, nor than its part of what
+    the local executor gave the cell (:data:`CELL_CPUS_ENV`: cells run side by side)."""
+    processes = max(1, processes_on_node)
+    cpus = available_cpus()
+    share = cpus if _bound_alone(cpus) else cpus // processes
+    if per_task := os.environ.get("SLURM_CPUS_PER_TASK"):
+        share = min(share, int(per_task))
+    if cell := os.environ.get(CELL_CPUS_ENV):
+        share = min(share, int(cell) // processes)
+    return max(1, share)
+
+
 def auto_num_workers(*, processes_on_node: int, accelerated: bool) -> int:
-    """``data.num_workers: null``: on a GPU, the process's share of the node's CPUs less
+    """``data.num_workers: null``: on a GPU, the process's CPUs (:func:`cpu_share`) less
     one for the training loop itself (at most :data:`MAX_AUTO_WORKERS`), so rendering and
     decoding run beside the GPU's step instead of before it; on a CPU-only run, 0 (the
     cores are busy training, and a worker would only take them away)."""
     if not accelerated:
         return 0
-    share = available_cpus() // max(1, processes_on_node)
-    if cpus_per_task := os.environ.get("SLURM_CPUS_PER_TASK"):
-        share = min(share, int(cpus_per_task))
-    return max(0, min(MAX_AUTO_WORKERS, share - 1))
+    return max(0, min(MAX_AUTO_WORKERS, cpu_share(processes_on_node=processes_on_node) - 1))

@@ -16,7 +16,7 @@ import torch
 
 from .. import record as rf
 from ..config import Config
-from ..data import build_dataset, fewshot_indices
+from ..data import build_dataset, fewshot_indices, rank0_downloads_first
 from .features import EVAL_CACHE_BYTES, Budget, EvalImages, apply, evaluation_sample, labels_of
 from .fewshot import ridge_fewshot_accuracy
 
@@ -51,7 +51,8 @@ class TransferEvaluator:
         ]
         self.upstream = None
         if cfg.eval.upstream.examples:
-            test = build_dataset(d.dataset, "test", seed=cfg.seed, **self._build)
+            with rank0_downloads_first(accelerator, download=d.download):
+                test = build_dataset(d.dataset, "test", seed=cfg.seed, **self._build)
             sample = evaluation_sample(len(test), cfg.eval.upstream.examples, seed=cfg.seed)
             self.upstream = EvalImages(test, sample, **self._images)
 
@@ -59,8 +60,9 @@ class TransferEvaluator:
         self, name: str, shots: list[int], seeds: int, test_examples: int | None
     ) -> _FewShotSet:
         # Few-shot features are of the evaluation view (resize + centre crop), never augmented.
-        train = build_dataset(name, "train", seed=self.cfg.seed, augment=False, **self._build)
-        test = build_dataset(name, "test", seed=self.cfg.seed, **self._build)
+        with rank0_downloads_first(self.accelerator, download=self.cfg.data.download):
+            train = build_dataset(name, "train", seed=self.cfg.seed, augment=False, **self._build)
+            test = build_dataset(name, "test", seed=self.cfg.seed, **self._build)
         samples = {}
         for seed in range(seeds):
             # class-interleaved rounds: the first k * C indices hold k of every class

@@ -32,13 +32,17 @@ EXIT_BUSY = 0  # another process holds the cell: nothing to do here
 EXIT_PREEMPTED = 75  # checkpointed after a preemption signal; run again to resume
 
 PARENT_ENV = "VITSCALE_PARENT_PID"  # set by the local executor: die with that process
+TORCHRUN_WORKER_ENV = "TORCHELASTIC_RUN_ID"  # set by torchrun in its workers' environment
+# Set by the local executor for a cell under torchrun: the file rank 0 answers in.
+ANSWER_ENV = "VITSCALE_ANSWER_FILE"
 _PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
     """Have the kernel send ``sig`` to this process when the process named by
     ``VITSCALE_PARENT_PID`` (its parent) ends, by any means. The variable is removed so
-    that this process's own children (``torchrun``'s workers) do not inherit it."""
+    that this process's own children do not inherit it (``torchrun``'s workers are told
+    to die with ``torchrun`` in their own: :func:`main`)."""
     parent = os.environ.pop(PARENT_ENV, None)
     if parent is None or not sys.platform.startswith("linux"):
         return
@@ -117,6 +121,26 @@ def _agree_with_rank0(acquired: bool, config: dict) -> bool:
 def run_cell(run_dir: str | Path) -> int:
     """Train the cell in ``run_dir`` unless it is done or held by another process."""
     return _run_cell(Path(run_dir))[0]
+
+
+def answer_line(code: int, reason: str) -> str:
+    """How a cell answers the local executor: its exit code, a tab, the reason in one line."""
+    return f"{code}\t{' '.join(reason.split())}\n"
+
+
+def parse_answer(line: str) -> tuple[int, str] | None:
+    """:func:`answer_line` read back; None when there is none (the cell's process died)."""
+    code, _, reason = line.rstrip("\n").partition("\t")
+    return (int(code), reason) if code.lstrip("-").isdigit() else None
+
+
+def _answer(code: int, reason: str) -> None:
+    """Rank 0's answer for a grid that launched this cell under torchrun, which reports
+    only 1 when any worker exits non-zero: a checkpointed cell (75) would read as failed."""
+    path = os.environ.get(ANSWER_ENV)
+    if path and _rank() == 0:
+        with contextlib.suppress(OSError):
+            rf.write_text_atomic(path, answer_line(code, reason))
 
 
 def _run_cell(run_dir: Path) -> tuple[int, str]:
@@ -219,9 +243,8 @@ def serve() -> int:
                         code, reason = EXIT_FAILED, rf.describe_failure(e)
             except OSError as e:  # its log cannot even be opened (a full disk, a bad path)
                 code, reason = EXIT_FAILED, rf.describe_failure(e)
-            answer = f"{code}\t{' '.join(reason.split())}\n"
             try:
-                os.write(report, answer.encode())
+                os.write(report, answer_line(code, reason).encode())
             except OSError:  # BrokenPipeError: the grid is gone
                 return EXIT_PREEMPTED if code == EXIT_PREEMPTED else code
             if code == EXIT_PREEMPTED:  # stopped by a signal: no next cell
@@ -232,15 +255,20 @@ def serve() -> int:
 
 
 def main(argv: list[str]) -> int:
-    die_with_parent()
+    # torchrun's workers (sessions of their own, which the grid's signals do not reach) die
+    # at once with a torchrun killed at once: one stopped gently stops them itself.
+    die_with_parent(signal.SIGKILL if TORCHRUN_WORKER_ENV in os.environ else signal.SIGTERM)
     if argv == ["--serve"]:
         return serve()
     if argv[:1] == ["--exec"] and len(argv) > 1:  # torchrun, told to die with the grid first
+        os.environ[PARENT_ENV] = str(os.getpid())  # ... and its workers with it
         os.execvp(argv[1], argv[1:])
     if len(argv) != 1:
         sys.exit("usage: python -m vitscale.grid.cellrun RUN_DIR | --serve | --exec COMMAND...")
     try:
-        return run_cell(argv[0])
+        code, reason = _run_cell(Path(argv[0]))
+        _answer(code, reason)
+        return code
     finally:
         from ..train.runtime import shutdown
 

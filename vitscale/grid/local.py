@@ -4,7 +4,7 @@ Each worker is one long-lived process (``python -m vitscale.grid.cellrun --serve
 runs the cells it is handed one after another, so the interpreter and library start-up is
 paid once per worker, not once per cell; a cell with ``processes > 1`` runs under its own
 ``torchrun``. Every cell's output is appended to ``RUN_DIR/log.txt``. The cores are split
-evenly between the workers (``OMP_NUM_THREADS``), and so are the GPUs: worker ``i`` sees
+evenly between the workers (threads and loader workers: :func:`worker_env`), and so are the GPUs: worker ``i`` sees
 only its own ``processes`` of them (``CUDA_VISIBLE_DEVICES``), so two cells never share
 ``cuda:0``.
 
@@ -19,11 +19,13 @@ grid, however it ends (:func:`vitscale.grid.cellrun.die_with_parent`).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import queue
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,8 +34,9 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .. import record as rf
+from ..data.workers import CELL_CPUS_ENV
 from ..record import LOG
-from .cellrun import EXIT_OK, EXIT_PREEMPTED, PARENT_ENV
+from .cellrun import ANSWER_ENV, EXIT_OK, EXIT_PREEMPTED, PARENT_ENV, parse_answer
 from .plan import Planned, prepare
 
 _CELLRUN = [sys.executable, "-m", "vitscale.grid.cellrun"]
@@ -43,13 +46,17 @@ DEFAULT_STOP_TIMEOUT = 300.0  # seconds the cells get to finish their step and c
 _REMIND_EVERY = 15.0  # seconds between "still waiting" lines
 
 
-def cell_command(run_dir: Path, *, processes: int) -> list[str]:
-    """The command that trains one cell in its own process(es)."""
+def cell_command(
+    run_dir: Path, *, processes: int, stop_timeout: float = DEFAULT_STOP_TIMEOUT
+) -> list[str]:
+    """The command that trains one cell in its own process(es). ``torchrun`` waits as long
+    as the grid does (``stop_timeout``) for its workers to checkpoint after a stop signal
+    before it kills them (its own default: 30 s)."""
     if processes == 1:
         return [*_CELLRUN, str(run_dir)]
     return [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
-        "-m", "vitscale.grid.cellrun", str(run_dir),
+        f"--shutdown-timeout={math.ceil(stop_timeout)}", "-m", "vitscale.grid.cellrun", str(run_dir),
     ]  # fmt: skip
 
 
@@ -101,22 +108,31 @@ class Interrupted(Exception):
 
 
 class _Worker:
-    """One cell at a time: in a persistent ``--serve`` process, or a process of its own."""
+    """One cell at a time: in a persistent ``--serve`` process, or a process of its own.
+    A cell under ``torchrun`` answers through a file (:data:`ANSWER_ENV`): torchrun exits
+    1 whatever its workers did, a checkpointed cell's 75 included."""
 
-    def __init__(self, env: dict[str, str], processes: int) -> None:
-        self.env, self.processes = env, processes
+    def __init__(self, env: dict[str, str], processes: int, stop_timeout: float) -> None:
+        self.env, self.processes, self.stop_timeout = env, processes, stop_timeout
         self.proc: subprocess.Popen | None = None
         self.cell: Planned | None = None  # the cell it is running
+        self.answer: Path | None = None  # where a cell under torchrun answers
 
     def start(self, item: Planned) -> None:
         """Hand ``item`` to the worker (starting its process if it has none)."""
         self.cell = item
         env = self.env | {PARENT_ENV: str(os.getpid())}
         if self.processes > 1:
+            fd, answer = tempfile.mkstemp(prefix="vitscale-answer-")
+            os.close(fd)
+            self.answer = Path(answer)
+            command = cell_command(
+                item.run_dir, processes=self.processes, stop_timeout=self.stop_timeout
+            )
             with open(item.run_dir / LOG, "a") as log:
                 self.proc = subprocess.Popen(
-                    [*_CELLRUN, "--exec", *cell_command(item.run_dir, processes=self.processes)],
-                    stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                    [*_CELLRUN, "--exec", *command], stdout=log, stderr=subprocess.STDOUT,
+                    env=env | {ANSWER_ENV: answer}, start_new_session=True,
                 )  # fmt: skip
             return
         if self.proc is None or self.proc.poll() is not None:
@@ -131,12 +147,15 @@ class _Worker:
     def wait(self) -> tuple[int, str]:
         """The cell's exit code and reason; a negative code: its process died of a signal."""
         if self.processes > 1:
-            return self.proc.wait(), ""
+            code = self.proc.wait()
+            try:  # rank 0's answer; none: it died, and torchrun's exit code stands for it
+                return parse_answer(self.answer.read_text()) or (code, "")
+            finally:
+                self.answer.unlink(missing_ok=True)
         answer = self.proc.stdout.readline()
         if not answer:  # the worker died (killed, out of memory): its exit code stands for the cell
             return self.proc.wait(), ""
-        code, _, reason = answer.rstrip("\n").partition("\t")
-        return int(code), reason
+        return parse_answer(answer)
 
     def signal(self, signum: int) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -214,15 +233,31 @@ def run_local(
     todo = [p for p in planned if p.action == "submit"]
     if workers < 1 or processes < 1:
         raise ValueError(f"workers and processes must be at least 1, got {workers} and {processes}")
-    threads = max(1, (os.cpu_count() or 1) // (workers * processes))
-    env = os.environ | {"OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+    env = worker_env(workers=workers, processes=processes)
     workers = min(workers, len(todo))
     groups = gpu_groups(visible_gpus(), workers=workers, processes=processes) if todo else None
     pool = [
-        _Worker(env | ({"CUDA_VISIBLE_DEVICES": ",".join(groups[i])} if groups else {}), processes)
+        _Worker(
+            env | ({"CUDA_VISIBLE_DEVICES": ",".join(groups[i])} if groups else {}),
+            processes,
+            stop_timeout,
+        )
         for i in range(workers)
     ]
     return _Pool(todo, pool, stop_timeout=stop_timeout).run()
+
+
+def worker_env(*, workers: int, processes: int) -> dict[str, str]:
+    """The environment of every worker: the machine's CPUs split evenly between the
+    ``workers`` cells running side by side, as threads per process (``OMP_NUM_THREADS``)
+    and as each cell's share, which its processes divide for their loader workers
+    (:data:`vitscale.data.workers.CELL_CPUS_ENV`)."""
+    per_cell = max(1, (os.cpu_count() or 1) // workers)
+    return os.environ | {
+        "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // (workers * processes))),
+        CELL_CPUS_ENV: str(per_cell),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def _label(item: Planned) -> str:

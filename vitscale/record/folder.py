@@ -19,6 +19,7 @@ __all__ = [
     "CHECKPOINTS",
     "LOCK",
     "LOG",
+    "RANK_FAILURE",
     "CHECKPOINT_PREFIX",
     "CHECKPOINT_STATE",
     "write_json_atomic",
@@ -37,6 +38,8 @@ RESULT = "result.json"
 CHECKPOINTS = "checkpoints"
 LOCK = ".lock"
 LOG = "log.txt"  # what the executors capture of a cell's output
+# one process's failure of a multi-process run, written as it fails (record.RankFailure)
+RANK_FAILURE = "failure_rank{rank}.json"
 CHECKPOINT_PREFIX = "step_"  # checkpoints/step_000001200/ (vitscale.train.checkpoint)
 CHECKPOINT_STATE = "state.pt"  # written last: a folder without it is not a checkpoint
 

@@ -13,10 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DiskFullError, disk_full_message, is_disk_full
-from .folder import RESULT, read_json, write_json_atomic
+from .folder import RANK_FAILURE, RESULT, read_json, write_json_atomic
 from .keys import BEST, FINAL, finetune_key, parse_finetune_key
 
-__all__ = ["STATUS_DONE", "STATUS_FAILED", "RESULT_STATUSES", "RunResult", "describe_failure"]
+__all__ = [
+    "STATUS_DONE",
+    "STATUS_FAILED",
+    "RESULT_STATUSES",
+    "RunResult",
+    "RankFailure",
+    "describe_failure",
+]
 
 STATUS_DONE = "done"
 STATUS_FAILED = "failed"
@@ -155,3 +162,60 @@ def describe_failure(error: BaseException) -> str:
             error, kept="the last checkpoint is kept: free space and run again to resume"
         )
     return f"{type(error).__name__}: {error}"
+
+
+# How a process says it lost a peer (gloo, NCCL, the TCP store): what the others of a run
+# report when one of them dies, never the cause.
+_LOST_PEER = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "DistNetworkError",
+    "DistBackendError",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankFailure:
+    """One process's failure of a multi-process run, in the run folder
+    (:data:`~vitscale.record.folder.RANK_FAILURE`), written as it fails: when one process
+    dies the others fail next with "Connection closed by peer", and the run's result must
+    name the first one's error, not the follow-on rank 0 happens to see."""
+
+    rank: int
+    error: str  # describe_failure's line
+    failed_step: int | None
+    at: float  # time.time() when it failed
+
+    @property
+    def lost_peer(self) -> bool:
+        """A follow-on failure: this process lost another one."""
+        return any(marker in self.error for marker in _LOST_PEER)
+
+    def write(self, run_dir: str | Path) -> None:
+        write_json_atomic(Path(run_dir) / RANK_FAILURE.format(rank=self.rank), vars(self))
+
+    @classmethod
+    def read_all(cls, run_dir: str | Path, *, world: int, since: float) -> list[RankFailure]:
+        """The failures the ``world`` processes wrote at or after ``since`` (this attempt;
+        an older attempt's file stays until that rank fails again). Each file is opened by
+        its name: a listing of a shared folder may lag on another node."""
+        found = []
+        for rank in range(world):
+            try:
+                failure = cls(**read_json(Path(run_dir) / RANK_FAILURE.format(rank=rank)))
+            except (OSError, ValueError, TypeError):  # none, or not readable: not there
+                continue
+            if failure.at >= since:
+                found.append(failure)
+        return found
+
+    @staticmethod
+    def first(failures: list[RankFailure]) -> RankFailure:
+        """The cause: the earliest failure that is not a lost peer (the earliest of all
+        when every one is)."""
+        return min(failures, key=lambda f: (f.lost_peer, f.at))
+
+    def describe(self) -> str:
+        """result.json's ``error``: the process named."""
+        return f"rank {self.rank}: {self.error}"

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import torch
 
 from ..config import Config
-from ..data import build_dataset, build_loader, finetune_splits
+from ..data import build_dataset, build_loader, finetune_splits, rank0_downloads_first
 from ..data.registry import finetune_recipe
 from ..evals.features import evaluation_sample, run_model
 from ..models import create_model
@@ -208,7 +208,8 @@ def finetune_and_score(
     paper_steps, paper_lrs = finetune_recipe(dataset)
     lrs = ft.lrs or list(paper_lrs)
     kw = dict(root=cfg.data.root, image_size=image_size, download=cfg.data.download, seed=cfg.seed)
-    minitrain, val = finetune_splits(dataset, val_fraction=ft.val_fraction, **kw)
+    with rank0_downloads_first(accelerator, download=cfg.data.download):
+        minitrain, val = finetune_splits(dataset, val_fraction=ft.val_fraction, **kw)
     common = dict(
         cfg=cfg,
         accelerator=accelerator,
@@ -232,8 +233,9 @@ def finetune_and_score(
             for lr in lrs
         }
         best_lr = max(scores, key=scores.get)
-    train = build_dataset(dataset, "train", **kw)
-    test = build_dataset(dataset, "test", **kw)
+    with rank0_downloads_first(accelerator, download=cfg.data.download):
+        train = build_dataset(dataset, "train", **kw)
+        test = build_dataset(dataset, "test", **kw)
     return train_and_score(
         pretrained,
         train_set=train,

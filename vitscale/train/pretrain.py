@@ -60,7 +60,8 @@ def _train(config: dict | Config | Plan, run_dir: Path, preemption: PreemptionFl
         return run.finish(rf.STATUS_FAILED, error=str(e), failed_step=e.step)
     except BaseException as e:
         error = rf.describe_failure(e)
-        run.finish(rf.STATUS_FAILED, error=error, failed_step=run.step + 1)
+        recorded, failed_step = run.first_failure(error, failed_step=run.step + 1)
+        run.finish(rf.STATUS_FAILED, error=recorded, failed_step=failed_step)
         if is_disk_full(e):  # said in plain words wherever it is reported
             raise DiskFullError(error) from e
         raise

@@ -4,6 +4,7 @@ built by :func:`setup`; :mod:`vitscale.train.pretrain` drives it through the pro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -16,7 +17,13 @@ import torch
 from .. import flops
 from .. import record as rf
 from ..config import Config, ConfigError
-from ..data import DatasetFormatError, DatasetNotFoundError, build_dataset, build_loader
+from ..data import (
+    DatasetFormatError,
+    DatasetNotFoundError,
+    build_dataset,
+    build_loader,
+    rank0_downloads_first,
+)
 from ..errors import DiskFullError, disk_full_message, is_disk_full
 from ..evals.transfer import TransferEvaluator
 from ..models import create_model
@@ -24,12 +31,21 @@ from ..plan import Plan, plan
 from ..published import Published, published_compute
 from . import checkpoint, finetune_progress
 from .optim import build_adamw, build_schedule
-from .runtime import make_accelerator, process_group_timeout, release
+from .runtime import (
+    from_every_rank,
+    from_rank0,
+    make_accelerator,
+    process_group_timeout,
+    release,
+)
 from .signals import PreemptionFlag, agreement_group
 from .speed import channels_last_for, compile_model, micro_batch_for, num_workers_for
 from .step import Step
 from .timing import Stopwatch
 from .tracking import Tracker
+
+# How long rank 0 waits for a dead process's own failure when all it saw was losing it.
+PEER_FAILURE_WAIT_S = 10.0
 
 
 def _fresh_progress() -> dict[str, Any]:
@@ -116,27 +132,52 @@ class Run:
 
     def resume(self) -> None:
         """Restore the newest checkpoint that reads back whole (a corrupted latest falls
-        back to the one before); none readable: the cell fails, saying which."""
-        directory = self.run_dir / rf.CHECKPOINTS
-        latest = None
-        try:
-            latest, skipped = checkpoint.resumable(directory)
-            state, rng = checkpoint.load(latest, rank=self.rank) if latest else (None, None)
-        except Exception as e:  # noqa: BLE001 - reported in result.json, then raised
-            error = str(e) if isinstance(e, checkpoint.CheckpointError) else f"{latest}: {e}"
+        back to the one before); none readable: the cell fails, saying which. Rank 0
+        chooses (verifying once) and every process loads its choice: processes that chose
+        alone could resume at different steps after one of them failed a read, then hang."""
+        latest, skipped, error = from_rank0(self.accelerator, self._choose_checkpoint())
+        state = rng = None
+        if error is None and latest is not None:
+            try:
+                state, rng = checkpoint.load(latest, rank=self.rank)
+            except Exception as e:  # noqa: BLE001 - every process fails with it, below
+                rank = f"rank {self.rank}: " if self.world > 1 else ""
+                error = f"{rank}{latest}: {type(e).__name__}: {e}"
+            # one process that cannot load fails them all, now, not at a collective later
+            error = next((e for e in from_every_rank(self.accelerator, error) if e), None)
+        if error is not None:
             if self.is_main:
                 rf.RunResult.failure(self.resolved, error=error, failed_step=None).write(
                     self.run_dir
                 )
-            raise checkpoint.CheckpointError(error) from None
+            raise checkpoint.CheckpointError(error)
         for problem in skipped:
             self.accelerator.print(f"skipped a checkpoint that cannot be resumed from: {problem}")
         if latest is not None:
             self._restore(state, rng)
+            every = (
+                f": rank 0's choice, loaded by all {self.world} processes" if self.world > 1 else ""
+            )
             self.accelerator.print(
                 f"resumed from {latest} (step {self.step}, restart {self.progress['restarts']})"
+                + every
             )
         self.watch = Stopwatch(self.progress.get("time_s"))
+
+    def _choose_checkpoint(self) -> tuple[Path | None, list[str], str | None]:
+        """On rank 0: ``(checkpoint to resume from or None, the newer ones skipped and why,
+        None)``, or ``(None, [], why none can be resumed from)``; elsewhere nothing, as
+        rank 0's answer is what counts (:meth:`resume`)."""
+        if not self.is_main:
+            return None, [], None
+        directory = self.run_dir / rf.CHECKPOINTS
+        try:
+            latest, skipped = checkpoint.resumable(directory)
+        except checkpoint.CheckpointError as e:
+            return None, [], str(e)
+        except Exception as e:  # noqa: BLE001 - reported in result.json, then raised
+            return None, [], f"{directory}: {type(e).__name__}: {e}"
+        return latest, skipped, None
 
     def _restore(self, state: dict[str, Any], rng: dict[str, Any] | None) -> None:
         self.unwrapped.load_state_dict(state["model"])
@@ -242,6 +283,28 @@ class Run:
             published=self.published.as_dict() if self.published else None,
         )
 
+    def first_failure(self, error: str, *, failed_step: int | None) -> tuple[str, int | None]:
+        """``(error, failed_step)`` to record for this process's failure. With several
+        processes each writes its own to the run folder first, and rank 0 records the
+        run's: the first real failure of any of them, named by rank
+        (:class:`vitscale.record.RankFailure`), not the "Connection closed by peer" a dead
+        process leaves the others; when that is all it knows, it waits at most
+        :data:`PEER_FAILURE_WAIT_S` for the dead one's note."""
+        if self.world == 1:
+            return error, failed_step
+        mine = rf.RankFailure(rank=self.rank, error=error, failed_step=failed_step, at=time.time())
+        with contextlib.suppress(OSError):  # a full disk: this process's output still says it
+            mine.write(self.run_dir)
+        if not self.is_main:
+            return error, failed_step
+        deadline = time.monotonic() + (PEER_FAILURE_WAIT_S if mine.lost_peer else 0.0)
+        while True:
+            found = rf.RankFailure.read_all(self.run_dir, world=self.world, since=self.started)
+            first = rf.RankFailure.first([mine, *(f for f in found if f.rank != self.rank)])
+            if not first.lost_peer or time.monotonic() >= deadline:
+                return first.describe(), first.failed_step
+            time.sleep(0.2)
+
     def finish(self, status: str, *, error=None, failed_step=None, tuned=None) -> rf.RunResult:
         """``result.json`` (rank 0, atomically), its W&B mirror, the tracker closed."""
         result = self.result(status, error=error, failed_step=failed_step, tuned=tuned)
@@ -262,8 +325,10 @@ class Run:
                 )
                 raise DiskFullError(disk_full_message(e, kept=kept)) from e
             self.tracker.summary(result)
-            if not failed:  # the fallback checkpoint is no longer needed
+            if not failed:  # the fallback checkpoint and earlier attempts' failures: done with
                 checkpoint.prune(self.run_dir / rf.CHECKPOINTS, keep=1)
+                for note in self.run_dir.glob(rf.RANK_FAILURE.format(rank="*")):
+                    note.unlink(missing_ok=True)
         self.tracker.close(failed=failed)
         return result
 
@@ -275,10 +340,9 @@ def setup(config: dict | Config | Plan, run_dir: Path, preemption: PreemptionFla
     started, setup_started = time.time(), time.perf_counter()
     planned = config if isinstance(config, Plan) else plan(config)
     cfg = planned.config
+    timeout = process_group_timeout(flops.count(cfg.model.name, cfg.data.image_size).params)
     accelerator, precision = make_accelerator(
-        precision=cfg.train.precision,
-        seed_everything=cfg.seed,
-        timeout=process_group_timeout(flops.count(cfg.model.name, cfg.data.image_size).params),
+        precision=cfg.train.precision, seed_everything=cfg.seed, timeout=timeout
     )
     if planned.num_processes != accelerator.num_processes:  # the launch, known only now
         planned = planned.with_num_processes(accelerator.num_processes)
@@ -291,7 +355,7 @@ def setup(config: dict | Config | Plan, run_dir: Path, preemption: PreemptionFla
         preemption=preemption,
         accelerator=accelerator,
         precision=precision,
-        stop_group=agreement_group(),
+        stop_group=agreement_group(timeout=timeout),
         num_workers=num_workers_for(cfg, device=accelerator.device),
         train_set=train_set,
         total_steps=total_steps,
@@ -317,18 +381,19 @@ def _pretraining_set(planned: Plan, accelerator) -> tuple[Any, Plan]:
     cfg = planned.config
     d = cfg.data
     try:
-        train_set = build_dataset(
-            d.dataset,
-            "train",
-            root=d.root,
-            image_size=d.image_size,
-            subset=d.subset,
-            seed=cfg.seed,
-            download=d.download,
-            class_balanced=d.class_balanced,
-            shuffle_shards=d.shuffle_shards,
-            skip_bad_samples=d.skip_bad_samples,
-        )
+        with rank0_downloads_first(accelerator, download=d.download):
+            train_set = build_dataset(
+                d.dataset,
+                "train",
+                root=d.root,
+                image_size=d.image_size,
+                subset=d.subset,
+                seed=cfg.seed,
+                download=d.download,
+                class_balanced=d.class_balanced,
+                shuffle_shards=d.shuffle_shards,
+                skip_bad_samples=d.skip_bad_samples,
+            )
     except (DatasetNotFoundError, DatasetFormatError):
         raise
     except ValueError as e:  # a folder source's size is known only now

@@ -19,6 +19,7 @@ import functools
 import gc
 import os
 import re
+from typing import Any
 
 import torch
 
@@ -77,7 +78,10 @@ def use_cpu() -> bool:
 def make_accelerator(
     *, precision: str, seed_everything: int | None = None, timeout: dt.timedelta | None = None
 ):
-    """A fresh Accelerator for one run (``train`` may be called repeatedly in a process).
+    """A fresh Accelerator for one run (``train`` may be called repeatedly in a process),
+    every RNG seeded from ``seed_everything`` and this process's rank: processes that drew
+    the same numbers would drop the same units of their different examples (the weights
+    are rank 0's anyway: DDP broadcasts them); a resume restores each rank's RNGs.
 
     Accelerate keeps its precision in a process-wide singleton and refuses a second run
     with another precision; the per-run part is reset here, the process group (the
@@ -101,9 +105,30 @@ def make_accelerator(
         mixed_precision="bf16" if mixed == "bf16" else "no",
         kwargs_handlers=handlers,
     )
-    if seed_everything is not None:
-        set_seed(seed_everything)
+    if seed_everything is not None:  # seed + rank: each process its own dropout masks
+        set_seed(seed_everything, device_specific=True)
     return accelerator, mixed
+
+
+def from_rank0(accelerator, value: Any) -> Any:
+    """Rank 0's ``value`` on every process (``value`` itself when alone): for a choice the
+    processes must make alike but only one should make (which checkpoint to resume from),
+    since each making it alone may see something else (a transient read error)."""
+    if accelerator.num_processes == 1:
+        return value
+    from accelerate.utils import broadcast_object_list
+
+    return broadcast_object_list([value], from_process=0)[0]
+
+
+def from_every_rank(accelerator, value: Any) -> list[Any]:
+    """Every process's ``value``, by rank, on every process: what each found alone (an
+    error loading its files), so that all of them act on it together."""
+    if accelerator.num_processes == 1:
+        return [value]
+    from accelerate.utils import gather_object
+
+    return gather_object([value])
 
 
 def shutdown() -> None:

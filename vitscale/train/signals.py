@@ -19,6 +19,7 @@ signals the workers too, and they ignore the signals (:mod:`vitscale.data.worker
 
 from __future__ import annotations
 
+import datetime as dt
 import signal
 import threading
 import time
@@ -28,17 +29,20 @@ from ..data.workers import STOP_SIGNALS
 SECOND_INTERRUPT_S = 1.0
 
 
-def agreement_group():
+def agreement_group(*, timeout: dt.timedelta | None = None):
     """The process group :meth:`PreemptionFlag.agreed` sums over: the default group when
-    it is gloo (CPU runs), else a gloo group beside NCCL; None for a single process.
-    Every process must call it (creating a group is collective)."""
+    it is gloo (CPU runs), else a gloo group beside NCCL, which waits as long as the
+    default group does (``timeout``: :func:`vitscale.train.runtime.process_group_timeout`;
+    gloo's own 30 min would end a run whose rank 0 writes a longer checkpoint while the
+    others agree on a stop); None for a single process. Every process must call it
+    (creating a group is collective)."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return None
     if dist.get_backend() == "gloo":
         return dist.group.WORLD
-    return dist.new_group(backend="gloo")
+    return dist.new_group(backend="gloo", timeout=timeout)
 
 
 class PreemptionFlag:
