@@ -22,10 +22,8 @@ sets can share a folder):
 - ``curves_<metric>.png|pdf`` with ``curves``: the same metrics along training.
 
 ``overlay_paper`` draws Table 6's points (hollow markers) in every compute panel whose
-metric the paper measured under the same name (fine-tuned ``finetune/imagenet/top1`` and
-the other Table 6 datasets). Few-shot or synthetic-task accuracy is not comparable with the
-paper's fine-tuned accuracy; then the paper's two panels are drawn beside ours in the same
-figure, on their own y axes, and a note says so.
+metric the paper measured under the same name; where none is comparable (few-shot or
+synthetic-task accuracy), the paper's two panels are drawn beside ours, with a note.
 """
 
 from __future__ import annotations
@@ -37,8 +35,6 @@ from pathlib import Path
 
 from vitscale.errors import UserError
 from vitscale.record import STATUS_DONE
-
-__all__ = ["FigureOptions", "draw_figures", "paper_figures", "compute_metrics", "check_column"]
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,6 @@ import numpy as np
 from vitscale import flops
 from vitscale import record as rf
 
-__all__ = ["MODELS", "SUBSETS", "DATASETS", "STEPS", "cell", "write_runs", "write_cell"]
-
 # Demo-sized models of each family (vitscale.catalog) and nested subset sizes.
 MODELS = (
     "ViT-Pico/8",
@@ -39,10 +37,6 @@ SHOTS = (1, 5, 10, 25)
 STEPS = (200, 400, 800)
 RESOLUTION = 32
 BATCH = 256
-
-
-def _cell_id(config: dict) -> str:
-    return hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:10]
 
 
 def _dump(path: Path, obj) -> None:
@@ -108,7 +102,8 @@ def cell(
         "optim": {"name": "adamw", "lr": 1e-3, "weight_decay": 0.1, "schedule": "linear"},
         "eval": {"fewshot": {"datasets": list(datasets), "shots": list(SHOTS)}},
     }
-    config["cell_id"] = cell_id = _cell_id(config)
+    blob = json.dumps(config, sort_keys=True).encode()
+    config["cell_id"] = cell_id = hashlib.sha1(blob).hexdigest()[:10]
     count = flops.count(model, RESOLUTION, num_classes=10, head="pretrain")
     per_example = count.train_flops_per_example / 1e18
     rows, best = [], {}

@@ -16,8 +16,6 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["pareto_frontier", "frontier_frame"]
-
 
 def pareto_frontier(cost: Sequence[float], score: Sequence[float]) -> np.ndarray:
     """Indices of the non-dominated points, by increasing cost (and increasing score).

@@ -1,9 +1,16 @@
+<<<<<<< HEAD
 """Which columns of a cells frame are transfer metrics, their averages, and their labels.
 
 Metric columns follow :mod:`vitscale.record.cells`: ``fewshot/<dataset>/<k>shot`` (best value
 during training), ``finetune/<dataset>/top1``, ``final/<metric>``. An average over several
 transfer metrics is a derived column: ``average-5`` when it is exactly Fig. 5's five
 fine-tuning datasets (docs/protocol.md), else ``average(<metric>, ...)`` naming its parts, so
+=======
+"""Which columns of a cells frame (:mod:`vitscale.record.cells`) are transfer metrics,
+their averages, and their labels. An average over several transfer metrics is a derived
+column: ``average-5`` when it is exactly Fig. 5's five fine-tuning datasets
+(docs/protocol.md, "The figures"), else ``average(<metric>, ...)`` naming its parts, so
+>>>>>>> h-slim
 two averages share a name only when they average the same things.
 """
 
@@ -13,25 +20,10 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from vitscale.record import FINAL, finetune_key, parse_fewshot_key
+from vitscale.record import FINAL, finetune_key, parse_fewshot_key, parse_finetune_key
 
 from .paper import AVERAGE_5, AVERAGE_5_DATASETS, DATASETS, dataset_name
 
-__all__ = [
-    "fewshot_metrics",
-    "finetune_metrics",
-    "transfer_metrics",
-    "average_name",
-    "add_average",
-    "average_parts",
-    "comparable",
-    "label",
-    "axis_label",
-    "short_label",
-    "metric_order",
-]
-
-_FINETUNE_PREFIX, _FINETUNE_SUFFIX = "finetune/", "/top1"
 _AVERAGE_PREFIX = "average("
 
 
@@ -42,9 +34,7 @@ def _present(frame: pd.DataFrame, column: str) -> bool:
 def _dataset(metric: str) -> str | None:
     if parsed := parse_fewshot_key(metric):
         return parsed[0]
-    if metric.startswith(_FINETUNE_PREFIX) and metric.endswith(_FINETUNE_SUFFIX):
-        return metric[len(_FINETUNE_PREFIX) : -len(_FINETUNE_SUFFIX)]
-    return None
+    return parse_finetune_key(metric)
 
 
 def metric_order(metric: str) -> tuple:
@@ -68,16 +58,8 @@ def fewshot_metrics(frame: pd.DataFrame, *, shots: int | None = None) -> list[st
 
 def finetune_metrics(frame: pd.DataFrame) -> list[str]:
     """Fine-tuning accuracy columns with any value."""
-    return sorted(
-        (
-            c
-            for c in frame.columns
-            if c.startswith(_FINETUNE_PREFIX)
-            and c.endswith(_FINETUNE_SUFFIX)
-            and _present(frame, c)
-        ),
-        key=metric_order,
-    )
+    found = (c for c in frame.columns if parse_finetune_key(c) and _present(frame, c))
+    return sorted(found, key=metric_order)
 
 
 def transfer_metrics(frame: pd.DataFrame, *, shots: int = 5) -> list[str]:

@@ -4,12 +4,9 @@ The numbers are vitscale's package data (:mod:`vitscale.paper`); this module onl
 them the shape of :func:`vitscale.record.cells.load_runs`, so a figure draws the paper's
 points and ours with the same code and ours can be laid over the paper's.
 
-- Table 5 (the points of Fig. 3): ViT-B/32 ... H/14 pre-trained on ImageNet,
-  ImageNet-21k or JFT-300M, fine-tuned on six datasets. The table gives no epochs, so
-  ``examples_seen`` and ``exaflops`` are empty.
-- Table 6 (the points of Fig. 5): ViT, BiT ResNet and hybrid models pre-trained on
-  JFT-300M for 7 or 14 epochs, with their pre-training exaFLOPs. ``params`` is our count
-  (:func:`vitscale.flops.count`, 224 px, 1000-way fine-tuning head): the table has none.
+Table 5 (Fig. 3's points) gives no epochs, so its ``examples_seen`` and ``exaflops`` are
+empty; Table 6 (Fig. 5's) gives no parameters, so ``params`` is our count
+(:func:`vitscale.flops.count`, 224 px, 1000-way fine-tuning head).
 
 Transfer datasets are keyed by Table 6's column names (:data:`DATASETS`); a run of ours
 is comparable with the paper on a metric when its column has the same name, e.g.
@@ -27,17 +24,6 @@ from vitscale.catalog import parse
 from vitscale.paper import JFT_IMAGES, table5, table6
 from vitscale.record import STATUS_DONE, RunResult, finetune_key
 from vitscale.record.cells import cell_record, records_to_frame
-
-__all__ = [
-    "DATASETS",
-    "TABLE5_DATASETS",
-    "AVERAGE_5",
-    "AVERAGE_5_DATASETS",
-    "PRETRAIN_SIZES",
-    "table5_frame",
-    "table6_frame",
-    "dataset_name",
-]
 
 # Transfer dataset key (Table 6's column, our fine-tuning dataset name) -> display name.
 DATASETS = {

@@ -37,16 +37,6 @@ from scipy.optimize import least_squares
 
 from .frontier import pareto_frontier
 
-__all__ = [
-    "PowerLaw",
-    "PowerLawFit",
-    "fit_power_law",
-    "fit_frontier",
-    "fit_groups",
-    "plot_fit",
-    "PARAMS",
-]
-
 PARAMS = ("a", "b", "c", "d")
 _MIN_DISTINCT = len(PARAMS)
 # Evaluations per start: a good start converges in ~30-80; the rest are cut short (the
@@ -154,7 +144,7 @@ def _jacobian(theta: np.ndarray, x: np.ndarray, log_err: np.ndarray) -> np.ndarr
     return np.stack(cols, axis=1) / pred[:, None]
 
 
-def _starts(x: np.ndarray, err: np.ndarray) -> list[np.ndarray]:
+def _starts(err: np.ndarray) -> list[np.ndarray]:
     """A grid of starting points in the scaled units (x near 1)."""
     med, low = float(np.median(err)), float(err.min())
     starts = []
@@ -233,7 +223,7 @@ def fit_power_law(
         raise ValueError(f"level must lie in (0, 1), got {level}")
     scale = float(np.exp(np.log(x).mean()))
     xs = x / scale
-    theta = _fit_scaled(xs, err, _starts(xs, err), f_scale)
+    theta = _fit_scaled(xs, err, _starts(err), f_scale)
     if theta is None:
         raise ValueError("the power-law fit failed from every starting point")
     law = _unscale(theta, scale)

@@ -25,25 +25,6 @@ from matplotlib.lines import Line2D  # noqa: E402
 
 from vitscale.catalog import VIT_SIZES  # noqa: E402
 
-__all__ = [
-    "PALETTE",
-    "FAMILY_COLORS",
-    "FAMILY_LINESTYLES",
-    "FAMILIES",
-    "MARKERS",
-    "SINGLE_COLUMN",
-    "DOUBLE_COLUMN",
-    "FORMATS",
-    "paper_style",
-    "new_figure",
-    "size_key",
-    "size_markers",
-    "model_order",
-    "model_colors",
-    "legend_below",
-    "save",
-]
-
 # Okabe-Ito-like colour-blind palette (seaborn "colorblind").
 PALETTE: list[str] = sns.color_palette("colorblind").as_hex()
 FAMILIES = ("ViT", "ResNet", "Hybrid")  # paper order (Table 6)
@@ -181,19 +162,21 @@ def save(
     formats: Sequence[str] = FORMATS,
 ) -> list[Path]:
     """Write ``out_dir/stem.<format>`` for each format (PNG at 300 dpi, vector PDF); closes
-    the figure and returns the paths."""
-    unknown = [f for f in formats if f not in ("png", "pdf", "svg")]
-    if unknown:
-        raise ValueError(f"unknown figure format(s) {unknown}; valid: png, pdf, svg")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    the figure (on a bad format too) and returns the paths."""
     paths = []
-    with paper_style():  # savefig reads its settings (bbox, fonttype) at save time
-        for fmt in formats:
-            path = out / f"{stem}.{fmt}"
-            fig.savefig(path, dpi=PNG_DPI if fmt == "png" else None)
-            paths.append(path)
-    plt.close(fig)
+    try:
+        unknown = [f for f in formats if f not in ("png", "pdf", "svg")]
+        if unknown:
+            raise ValueError(f"unknown figure format(s) {unknown}; valid: png, pdf, svg")
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        with paper_style():  # savefig reads its settings (bbox, fonttype) at save time
+            for fmt in formats:
+                path = out / f"{stem}.{fmt}"
+                fig.savefig(path, dpi=PNG_DPI if fmt == "png" else None)
+                paths.append(path)
+    finally:
+        plt.close(fig)
     return paths
 
 

@@ -41,16 +41,6 @@ from vitscale.record import STATUS_DONE
 from . import metrics as M
 from .frontier import pareto_frontier
 
-__all__ = [
-    "Summary",
-    "summarise",
-    "fig4_steps",
-    "fig5_cells",
-    "NOISE_POINTS",
-    "NOISE_FACTOR",
-    "FAMILIES",
-]
-
 # The smallest gap change called a trend when no seed spread was measured (one seed): two
 # few-shot seeds of one cell differ by ~2 points per task, about a point on a 3-task mean.
 NOISE_POINTS = 1.0

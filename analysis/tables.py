@@ -25,17 +25,8 @@ from .figures._data import finished
 from .paper import AVERAGE_5, AVERAGE_5_DATASETS
 from .style import FAMILIES
 
-__all__ = ["table6", "to_markdown", "to_latex", "write", "KEYS"]
-
 KEYS = ("model", "family", "pretrain_dataset", "num_examples", "epochs")
 PAPER = " (paper)"
-
-
-def _default_metrics(frame: pd.DataFrame) -> list[str]:
-    """The transfer metrics found, plus average-5 when its five datasets are among them."""
-    found = M.transfer_metrics(frame)
-    five = [finetune_key(d) for d in AVERAGE_5_DATASETS]
-    return [*found, AVERAGE_5] if set(five) <= set(found) else found
 
 
 def table6(
@@ -45,8 +36,10 @@ def table6(
     reference: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """The table as a frame of display columns (numbers left unformatted)."""
-    if metrics is None:
-        metrics = _default_metrics(frame)
+    if metrics is None:  # the transfer metrics found, and average-5 when its five are there
+        metrics = M.transfer_metrics(frame)
+        if {finetune_key(d) for d in AVERAGE_5_DATASETS} <= set(metrics):
+            metrics = [*metrics, AVERAGE_5]
     frame = _with_average(frame, metrics)
     data = finished(frame, ["model"]).copy()
     data["epochs"] = data["epochs"].round(2)
@@ -115,9 +108,7 @@ def _match(table: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
             rows.append(dist.idxmin())
         else:
             rows.append(cands.index[0])
-    out = pd.DataFrame(
-        [ref.loc[i] if i is not None else pd.Series(dtype=object) for i in rows],
-    )
+    out = pd.DataFrame([ref.loc[i] if i is not None else pd.Series(dtype=object) for i in rows])
     return out.reindex(columns=ref.columns).reset_index(drop=True)
 
 

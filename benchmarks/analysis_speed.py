@@ -1,17 +1,12 @@
 """How long ``vitscale figures`` takes on a large grid: N run folders -> every figure.
 
 Target (issue 6): 10,000 run folders to all figures in under 10 s on 2 cores. Writes N
-synthetic run folders (analysis.fixtures, the run-folder contract), then times, in this
-process:
-
-1. ``load_runs`` (config.json + result.json of every cell -> one DataFrame);
-2. ``vitscale figures RUNS --out DIR`` as the CLI runs it (load included): Fig. 4 per
-   few-shot dataset, Fig. 5 compute panels, Table 6;
-3. the same with ``--paper --overlay-paper --curves`` (adds the paper redraws and the
-   training curves, which read every metrics.jsonl).
+synthetic run folders (analysis.fixtures), then times, in this process, ``load_runs``,
+``vitscale figures RUNS --out DIR`` as the CLI runs it, and the same with ``--paper
+--overlay-paper --curves``; import time is reported apart (benchmarks/RESULTS.md,
+"Analysis speed").
 
 Usage: python benchmarks/analysis_speed.py [--cells 10000] [--root DIR] [--keep]
-Import time (pandas, matplotlib, seaborn) is reported apart from the timings.
 """
 
 from __future__ import annotations
@@ -35,8 +30,9 @@ def main() -> int:
     args = p.parse_args()
 
     t0 = time.perf_counter()
-    from analysis import cli, fixtures
+    from analysis import fixtures
     from analysis.figures import fig3, fig4, fig5  # noqa: F401  (import cost, measured here)
+    from vitscale.cli import figures as cli
     from vitscale.record.cells import load_runs
 
     t_import = time.perf_counter() - t0

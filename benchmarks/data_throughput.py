@@ -2,17 +2,13 @@
 
 The issue's requirement: rendering the embedded synthetic set must never slow training,
 i.e. generation at least 10x faster than a training step of the demo models eats images.
-Measured on this machine, same threads for both:
-
-- generation, images/s, at 32, 64, 128 and 224 px: ``render`` on a batch of random
-  indices of the upstream train split, by the torch reference path and by the fused C++
-  kernel (:mod:`vitscale.data.synthetic._fused`, the default), and through ``build_loader``
-  (``num_workers=0``: rendering in the training process, the demo default);
-- consumption, images/s: one training step (forward, cross-entropy, backward, AdamW) of
-  each demo model at 32 px, batch 128, on the CPU.
-
-Measurements are interleaved round by round (generation, models, generation, ...) so a
-change in machine load hits all of them alike; each entry is the median over rounds.
+Measured on this machine, same threads for both: ``render`` of random upstream train
+indices at 32-224 px, by the torch reference path and by the fused C++ kernel
+(:mod:`vitscale.data.synthetic._fused`, the default), and through ``build_loader`` with
+0 workers (the demo's path), against one CPU training step (forward, cross-entropy,
+backward, AdamW) of each demo model at 32 px, batch 128. Rounds are interleaved
+(generation, models, generation, ...) so a change in machine load hits all alike; each
+entry is the median over rounds (benchmarks/RESULTS.md, "Synthetic data").
 
     python benchmarks/data_throughput.py                       # the table
     python benchmarks/data_throughput.py --threads 1 --rounds 5
@@ -32,16 +28,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.throughput import make_step  # noqa: E402
 from vitscale.data import build_dataset, build_loader  # noqa: E402
 from vitscale.data.synthetic.render import render  # noqa: E402
 from vitscale.data.synthetic.vocabulary import TASKS, UPSTREAM  # noqa: E402
 from vitscale.models import create_model  # noqa: E402
 
 REQUIRED_RATIO = 10.0
+CPU = torch.device("cpu")
 MODELS = ("ViT-Femto/16", "ViT-Pico/16", "ViT-Pico/8", "BiT-R11x0.5", "BiT-R20x0.5")
 
 
@@ -82,24 +79,6 @@ class LoaderBench:
         next(self.batches)
 
 
-class TrainStepBench:
-    """One AdamW training step of a registry model on a fixed batch (images already made)."""
-
-    def __init__(self, name: str, *, size: int, batch: int) -> None:
-        torch.manual_seed(0)
-        self.model = create_model(name, num_classes=TASKS[UPSTREAM].num_classes, image_size=size)
-        self.model.train()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
-        self.images = torch.randn(batch, 3, size, size)
-        self.targets = torch.randint(0, TASKS[UPSTREAM].num_classes, (batch,))
-
-    def __call__(self) -> None:
-        loss = F.cross_entropy(self.model(self.images), self.targets)
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[32, 64, 128, 224])
@@ -130,9 +109,13 @@ def main(argv: list[str] | None = None) -> int:
             LoaderBench(size, args.loader_batch),
             args.loader_batch,
         )
+    kw = dict(image_size=args.model_size, num_classes=TASKS[UPSTREAM].num_classes)
     for name in args.models:
-        bench = TrainStepBench(name, size=args.model_size, batch=args.model_batch)
-        benches[("consume", f"{name} train step", args.model_size)] = (bench, args.model_batch)
+        torch.manual_seed(0)
+        step = make_step(
+            create_model(name, **kw), batch=args.model_batch, device=CPU, precision="fp32", **kw
+        )
+        benches[("consume", f"{name} train step", args.model_size)] = (step, args.model_batch)
 
     samples: dict[tuple[str, str, int], list[float]] = {k: [] for k in benches}
     for _ in range(args.rounds):

@@ -6,8 +6,8 @@
 
 FlopCounterMode runs each model once (real CPU tensors up to 30M parameters, the meta
 device above) with SDPA on its math backend, whose matmuls it counts (torch >= 2.10 has no
-formula for the fused CPU kernel). Dense FLOPs should agree to < 1%; Table 6 rows within
-1% (ViT) and 2% (ResNet, hybrid), except the rows the paper gets inconsistent.
+formula for the fused CPU kernel). Expected agreement and the results:
+benchmarks/RESULTS.md, "FLOP accounting".
 """
 
 from __future__ import annotations

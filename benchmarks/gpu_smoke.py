@@ -5,17 +5,10 @@
 
 Trains ViT-B/16 and BiT-R50x1 (and BiT-R50x1 again without channels-last) on the
 synthetic set at 224 px in bf16 with ``vitscale train`` under ``torchrun``, one process
-per GPU, the micro-batch and loader workers chosen as a cell would choose them, and
-reports per model:
-
-- images/s per GPU and MFU (per device), over the last half of the steps;
-- peak memory (``torch.cuda.max_memory_allocated``, rank 0) against the estimate of
-  :mod:`vitscale.memory` at the micro-batch the trainer chose;
-- the loader alone: images/s one process's loader delivers with its workers, against
-  what that process trains.
-
-Results are printed as a table and written to ``--out`` (JSON) for benchmarks/RESULTS.md.
-Without CUDA it says so and exits 2: nothing is measured on a CPU.
+per GPU, the micro-batch and loader workers chosen as a cell would choose them; what it
+reports per model, and the results: benchmarks/RESULTS.md, "GPU smoke". Results are
+printed as a table and written to ``--out`` (JSON). Without CUDA it says so and exits 2:
+nothing is measured on a CPU.
 """
 
 from __future__ import annotations
@@ -67,19 +60,9 @@ def _config(
 def _train(config: dict, gpus: int, workdir: Path) -> tuple[list[dict], str]:
     path = workdir / "config.json"
     path.write_text(json.dumps(config))
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={gpus}",
-        "-m",
-        "vitscale.cli",
-        "train",
-        str(path),
-        "--workdir",
-        str(workdir / "run"),
-    ]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += [f"--nproc_per_node={gpus}", "-m", "vitscale.cli", "train", str(path)]
+    command += ["--workdir", str(workdir / "run")]
     env = os.environ | {"PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
@@ -99,6 +82,20 @@ def _loader_rate(batch: int, workers: int, seconds: float = 20.0) -> float:
     while time.perf_counter() - start < seconds:
         images += len(next(batches)[0])
     return images / (time.perf_counter() - start)
+
+
+def _print_table(results: list[dict]) -> None:
+    print(
+        f"\n{'model':<10} {'ch-last':>7} {'img/s/GPU':>10} {'MFU':>6} {'micro':>7} "
+        f"{'peak GiB':>9} {'est. GiB':>9}"
+    )
+    for r in results:
+        cl = {None: "auto", False: "off", True: "on"}[r["channels_last"]]
+        print(
+            f"{r['model']:<10} {cl:>7} {r['images_per_s_per_gpu']:>10,.0f} {r['mfu']:>6.1%} "
+            f"{r['micro_batch']:>3}x{r['accumulation']:<3} {r['peak_memory_gib']:>9.1f} "
+            f"{r['estimated_gib']:>9.1f}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,17 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     local = max(1, gpus)
     workers = auto_num_workers(processes_on_node=local, accelerated=True)
     loader = _loader_rate(args.batch_per_gpu, workers)
-    print(
-        f"\n{'model':<10} {'ch-last':>7} {'img/s/GPU':>10} {'MFU':>6} {'micro':>7} "
-        f"{'peak GiB':>9} {'est. GiB':>9}"
-    )
-    for r in results:
-        cl = {None: "auto", False: "off", True: "on"}[r["channels_last"]]
-        print(
-            f"{r['model']:<10} {cl:>7} {r['images_per_s_per_gpu']:>10,.0f} {r['mfu']:>6.1%} "
-            f"{r['micro_batch']:>3}x{r['accumulation']:<3} {r['peak_memory_gib']:>9.1f} "
-            f"{r['estimated_gib']:>9.1f}"
-        )
+    _print_table(results)
     print(
         f"loader: {loader:,.0f} images/s per process with {workers} workers "
         f"(synthetic, {IMAGE_SIZE} px)"

@@ -3,37 +3,15 @@
 Issue 15's question: how many CPU cores per GPU does the loader need at the paper's scale?
 Measured here, one process on one core (``torch.set_num_threads(1)``), images per second
 for decode + Inception crop (random 8-100% area, aspect 3/4-4/3) + random flip + [-1, 1]
-at 224 px (``vitscale.data.transforms.train_transform``), over the same JPEG files:
-
-- ``folder, PIL``: the ImageFolder path (``imagefolder:`` / ``imagenet``; torchvision's
-  ``ImageFolder`` opening each file with PIL, the transforms on the PIL image);
-- ``folder, decode_jpeg``: the same files decoded by ``torchvision.io.decode_jpeg``, the
-  transforms on the uint8 tensor;
-- ``shards, decode_jpeg``: the sharded loader (``shards:``): the example read out of its tar
-  shard through wids, decoded by torchvision, transformed with its per-position seed
-  (what every DataLoader worker does per example);
-- ``shards, PIL``: the same with PIL's decoder (the loader's fallback, bit-identical
-  pixels);
-- ``shards, DataLoader x W``: the whole stream (``build_loader``, batches of 64) with W
-  worker processes, images per second in total (W cores; on a shared machine the main
-  process competes for them).
-
-Files come from the page cache (decoding is measured, not a cluster file system). The JPEGs
-are ``--images DIR`` (e.g. ImageNet's validation folder) if given, else made here from a
-real photograph (matplotlib's sample ``grace_hopper.jpg``): random crops, flips and
-colour gains resized to ImageNet's common sizes (500x375, 375x500, 500x333, ...), with
-sensor-like noise (sigma 8) and quality 95 so that their compressed bytes per pixel, which
-the entropy decoding's cost follows, are near ImageNet's (about 0.6: 138 GB for 1.28M
-images of 469x387 px on average); the smooth portrait alone gives half that.
-
-Consumption: ViT-B/16 training costs about 105 GFLOPs per image at 224 px (3 x 2 x 17.6
-GMACs), so a GPU sustaining 300-400 TFLOP/s eats 3,000-3,800 images/s; cores per GPU =
-that / the per-core rate.
-
-With ``--device cuda`` (where a GPU is lent) it adds GPU JPEG decoding
-(``decode_jpeg(device="cuda")`` on batches of 64, crop and flip on the GPU) and, with
-``--train-step``, the end-to-end ViT-B/16 bf16 step rate fed by the real loader against
-the same step on tensors already on the GPU.
+at 224 px (``vitscale.data.transforms.train_transform``), over the same JPEGs, along each
+path an example takes: an ImageFolder file or a tar shard, decoded by PIL or by
+``torchvision.io.decode_jpeg``, and the whole stream (``build_loader``, batches of 64)
+with ``--workers`` W processes. The JPEGs are ``--images DIR`` if given, else made here
+from a real photograph with ImageNet's sizes and bytes per pixel. With ``--device cuda``
+it adds GPU JPEG decoding and, with ``--train-step``, the ViT-B/16 bf16 step fed by the
+real loader against the same step on resident tensors. The paths, how the JPEGs are made,
+what a GPU consumes and the results: benchmarks/RESULTS.md, "Pre-training loader on real
+JPEGs".
 
     python benchmarks/loader_throughput.py                       # the table (1 core per path)
     python benchmarks/loader_throughput.py --workers 2 --rounds 5
@@ -46,6 +24,7 @@ the same step on tensors already on the GPU.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -224,28 +203,55 @@ def train_step_rates(shards: Path, workers: int, *, steps: int) -> dict:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    def images_per_s(batches) -> float:  # after 3 warm-up steps
+        for _ in range(3):
+            step(*next(batches))
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(steps):
+            step(*next(batches))
+        torch.cuda.synchronize()
+        return steps * batch / (time.perf_counter() - t)
+
     x = torch.randn(batch, 3, SIZE, SIZE, device="cuda")
     y = torch.randint(0, 1000, (batch,), device="cuda")
-    for _ in range(3):
-        step(x, y)
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(steps):
-        step(x, y)
-    torch.cuda.synchronize()
-    resident = steps * batch / (time.perf_counter() - t)
+    resident = images_per_s(itertools.repeat((x, y)))
     ds = build_dataset(f"shards:{shards}", "train", image_size=SIZE)
-    it = iter(build_loader(ds, batch_size=batch, seed=0, num_workers=workers))
-    for _ in range(3):
-        xb, yb = next(it)
-        step(xb.cuda(non_blocking=True), yb.cuda(non_blocking=True))
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(steps):
-        xb, yb = next(it)
-        step(xb.cuda(non_blocking=True), yb.cuda(non_blocking=True))
-    torch.cuda.synchronize()
-    return {"resident": resident, "loader": steps * batch / (time.perf_counter() - t)}
+    loader = build_loader(ds, batch_size=batch, seed=0, num_workers=workers)
+    on_gpu = ((xb.cuda(non_blocking=True), yb.cuda(non_blocking=True)) for xb, yb in loader)
+    return {"resident": resident, "loader": images_per_s(on_gpu)}
+
+
+def _row(path: str, rates: list[tuple[float, float]], **extra) -> dict:
+    """A table row: the medians of ``(wall, CPU-time)`` rates over the rounds."""
+    wall, cpu = zip(*rates, strict=True)
+    return dict(
+        path=path,
+        images_per_s=statistics.median(wall),
+        images_per_cpu_s=statistics.median(cpu),
+        **extra,
+    )
+
+
+def format_table(rows: list[dict], meta: dict) -> str:
+    """The rows with the cores per GPU each path needs, under a line about the JPEGs."""
+    lo, hi = GPU_IMAGES_PER_S
+    lines = [
+        f"{meta['images']} JPEGs ({meta['source']}): mean {meta['mean_kb']:.0f} KB, "
+        f"{meta['mean_pixels'] / 1e3:.0f}k px, {meta['bytes_per_pixel']:.2f} B/px "
+        f"(ImageNet ~{meta['imagenet_bytes_per_pixel']:.2f}); load average "
+        f"{meta['load_average'][0]:.2f} on {meta['cpu_count']} cores",
+        "img/s: wall clock; img/CPU-s: per second of this process's CPU time (one core's "
+        "rate, whatever else runs); cores per GPU = 3,000-3,800 img/s / img/CPU-s",
+        f"{'path':<40} {'img/s':>8} {'img/CPU-s':>10} {'cores per GPU':>14}",
+    ]
+    for r in rows:
+        cores = r.get("cores", 1)
+        per_core = r.get("images_per_cpu_s", r["images_per_s"] / cores if cores else float("nan"))
+        need = f"{lo / per_core:.1f}-{hi / per_core:.1f}" if cores else "-"
+        cpu = f"{r['images_per_cpu_s']:>10.0f}" if "images_per_cpu_s" in r else f"{'-':>10}"
+        lines.append(f"{r['path']:<40} {r['images_per_s']:>8.0f} {cpu} {need:>14}")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -278,26 +284,13 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, fn in paths.items():
                 per_round[name].append(rate(fn, len(files), min_seconds=args.seconds))
-        rows = [
-            {
-                "path": k,
-                "images_per_s": statistics.median(w for w, _ in v),
-                "images_per_cpu_s": statistics.median(c for _, c in v),
-            }
-            for k, v in per_round.items()
-        ]
+        rows = [_row(k, v) for k, v in per_round.items()]
         if args.workers:
             rates = [
                 loader_rate(tmp / "shards", args.workers, batches=20) for _ in range(args.rounds)
             ]
-            rows.append(
-                {
-                    "path": f"shards, DataLoader x {args.workers} (all processes)",
-                    "images_per_s": statistics.median(w for w, _ in rates),
-                    "images_per_cpu_s": statistics.median(c for _, c in rates),
-                    "cores": args.workers,
-                }
-            )
+            path = f"shards, DataLoader x {args.workers} (all processes)"
+            rows.append(_row(path, rates, cores=args.workers))
         if args.device == "cuda":
             rows.append(
                 {
@@ -335,23 +328,7 @@ def main() -> None:
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    lo, hi = GPU_IMAGES_PER_S
-    lines = [
-        f"{meta['images']} JPEGs ({meta['source']}): mean {meta['mean_kb']:.0f} KB, "
-        f"{meta['mean_pixels'] / 1e3:.0f}k px, {meta['bytes_per_pixel']:.2f} B/px "
-        f"(ImageNet ~{meta['imagenet_bytes_per_pixel']:.2f}); load average "
-        f"{meta['load_average'][0]:.2f} on {meta['cpu_count']} cores",
-        "img/s: wall clock; img/CPU-s: per second of this process's CPU time (one core's "
-        "rate, whatever else runs); cores per GPU = 3,000-3,800 img/s / img/CPU-s",
-        f"{'path':<40} {'img/s':>8} {'img/CPU-s':>10} {'cores per GPU':>14}",
-    ]
-    for r in rows:
-        cores = r.get("cores", 1)
-        per_core = r.get("images_per_cpu_s", r["images_per_s"] / cores if cores else float("nan"))
-        need = f"{lo / per_core:.1f}-{hi / per_core:.1f}" if cores else "-"
-        cpu = f"{r['images_per_cpu_s']:>10.0f}" if "images_per_cpu_s" in r else f"{'-':>10}"
-        lines.append(f"{r['path']:<40} {r['images_per_s']:>8.0f} {cpu} {need:>14}")
-    table = "\n".join(lines)
+    table = format_table(rows, meta)
     print(table)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,23 +1,13 @@
 """Is the sharded stream shuffled well enough to train on? Label autocorrelation, measured.
 
 The sharded stream (:mod:`vitscale.data.shards.order`) shuffles within windows of
-``data.shuffle_shards`` shards (whole shards in a seeded order per epoch, their examples
-permuted together). How well that mixes depends on how the shards were written:
-
-- ``vitscale data shard`` writes examples in a random order, so every shard is already a
-  random sample and any window gives an i.i.d.-looking label stream;
-- shards written class by class (ImageNet-21k's per-synset tars packed as they come, or
-  a crawl sorted by query) are the worst case: one class per shard, so a window of W shards
-  holds W classes and consecutive labels agree with probability about 1/W.
-
-Measured on label streams only (no images are decoded: the stream's order is computed),
+``data.shuffle_shards`` shards. How well that mixes depends on how the shards were
+written: here in a random order (``vitscale data shard``) or class by class (the worst
+case), on label streams only (no image is decoded: the stream's order is computed),
 ImageNet-21k-like: ``--classes`` classes of ``--per-class`` examples in shards of
-``--per-shard``. Reported per layout and window:
-
-- rho(lag): label autocorrelation, ``(P(y_t = y_{t+lag}) - sum_c p_c^2) / (1 - sum_c p_c^2)``:
-  0 for an i.i.d. stream, 1 for a constant one;
-- classes per batch: distinct labels in a global batch of ``--batch`` against the i.i.d.
-  expectation, the number a batch-norm-free ViT cares about (gradient diversity).
+``--per-shard``. Reported per layout and window: the label autocorrelation rho(lag) and
+the distinct classes in a global batch of ``--batch``; their definitions and the results:
+benchmarks/RESULTS.md, "The sharded stream's shuffle".
 
     python benchmarks/shuffle_quality.py
     python benchmarks/shuffle_quality.py --classes 21841 --per-class 650 --per-shard 5000
@@ -57,6 +47,16 @@ def iid_classes_per_batch(num_classes: int, batch: int) -> float:
     return num_classes * (1 - (1 - 1 / num_classes) ** batch)
 
 
+def measure(layout: str, window: int | None, stream: np.ndarray, batch: int) -> dict:
+    """One row: the label stream's autocorrelation at each lag and its classes per batch."""
+    return {
+        "layout": layout,
+        "window": window,
+        **{f"rho_{lag}": autocorrelation(stream, lag) for lag in LAGS},
+        "classes_per_batch": classes_per_batch(stream, batch),
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--classes", type=int, default=1000)
@@ -83,26 +83,12 @@ def main() -> None:
     for layout, label_of in layouts.items():
         for window in args.windows:
             stream = label_of[WindowedOrder(takes=takes, seed=0, window=window)(positions)]
-            rows.append(
-                {
-                    "layout": layout,
-                    "window": window,
-                    **{f"rho_{lag}": autocorrelation(stream, lag) for lag in LAGS},
-                    "classes_per_batch": classes_per_batch(stream, args.batch),
-                }
-            )
+            rows.append(measure(layout, window, stream, args.batch))
     # the map-style stream (a fresh global permutation per epoch), for reference
     steps = len(positions) // args.batch
     order = ShuffledOrder(num_examples=n, seed=0)
     stream = layouts["class-sorted shards"][order(np.arange(steps * args.batch))]
-    rows.append(
-        {
-            "layout": "map-style (global permutation)",
-            "window": None,
-            **{f"rho_{lag}": autocorrelation(stream, lag) for lag in LAGS},
-            "classes_per_batch": classes_per_batch(stream, args.batch),
-        }
-    )
+    rows.append(measure("map-style (global permutation)", None, stream, args.batch))
     head = (
         f"{args.classes} classes x {args.per_class} examples, shards of {args.per_shard}, "
         f"{len(positions):,} stream positions, batch {args.batch} (i.i.d.: "

@@ -5,17 +5,11 @@ the analysis package can decode a name such as ``"ViT-L/16"`` or ``"ResNet152x2"
 laptop. The module code in :mod:`vitscale.models.vit` and :mod:`vitscale.models.resnet`
 builds exactly what a spec says, and :mod:`vitscale.flops` counts exactly that.
 
-Naming scheme (paper Sec. 4.1):
-
-- ``ViT-{size}/{patch}``: size from :data:`VIT_SIZES` (paper Table 1), any patch size
-  that divides the resolution. ``ViT-b/32`` is ViT-B/32 with every hidden dimension
-  halved (paper Fig. 4).
-- ``BiT-R{depth}x{width}``: ResNet-v2 as in BiT (Kolesnikov et al. 2020), depth from
-  :data:`RESNET_LAYERS`, width multiplier from :data:`RESNET_WIDTHS`. The paper's own
-  spelling ``ResNet{depth}x{width}`` is an alias.
-- ``R{depth}x{width}+ViT-{size}/{downsample}``: hybrid; the ResNet's stem and stages are
-  the patch embedding (1x1 "patches" on its feature map) and the number after the slash
-  is the total downsampling, 16 or 32 (paper Sec. 3.1, "Hybrid Architecture").
+Names (paper Sec. 4.1; docs/protocol.md, "Models"): ``ViT-{size}/{patch}`` (sizes
+:data:`VIT_SIZES`, any patch size that divides the resolution), ``BiT-R{depth}x{width}``
+(:data:`RESNET_LAYERS`, :data:`RESNET_WIDTHS`; the paper's ``ResNet{depth}x{width}`` is
+an alias) and hybrids ``R{depth}x{width}+ViT-{size}/{downsample}``, whose number after the
+slash is the total downsampling, 16 or 32.
 """
 
 from __future__ import annotations
@@ -24,24 +18,6 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-
-__all__ = [
-    "VIT_SIZES",
-    "RESNET_LAYERS",
-    "RESNET_WIDTHS",
-    "HYBRID_STAGES",
-    "ViTSpec",
-    "ResNetSpec",
-    "HybridSpec",
-    "ModelSpec",
-    "parse",
-    "family",
-    "list_models",
-    "check_resolution",
-    "smallest_resolution",
-    "model_columns",
-    "same_padding",
-]
 
 
 @dataclass(frozen=True)
@@ -332,9 +308,7 @@ def model_columns(name: str) -> tuple[str, str, int | None]:
     ResNets. ``ValueError`` for an unknown name."""
     spec = parse(name)
     if isinstance(spec, ResNetSpec):
-        width = spec.width
-        w = str(width.numerator) if width.denominator == 1 else str(float(width))
-        return spec.family, f"R{spec.depth}x{w}", None
+        return spec.family, f"R{spec.depth}x{_fmt_width(spec.width)}", None
     if isinstance(spec, HybridSpec):
         return spec.family, spec.vit.size, spec.downsample
     return spec.family, spec.size, spec.patch

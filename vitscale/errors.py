@@ -1,23 +1,30 @@
 """The errors every layer may raise, in a module that imports nothing of the project.
 
-- :class:`UserError`: a problem with what the user gave (a config value, a grid file, a
-  path, a command-line option). The command line prints its message as it is, one line
-  per problem, and exits with code 2: no traceback. Errors of the lower layers that are
-  the user's to fix (a config problem, a missing dataset, an unknown W&B project)
-  subclass it, so the command line needs no translation table.
-- :class:`DiskFullError`: a write failed because the disk (or a quota) is full; its
-  message names the file and says what was kept and how to go on.
+Errors of the lower layers that are the user's to fix (a config problem, an unknown W&B
+project) subclass :class:`UserError`, which the command line prints as it is, one line per
+problem, with exit code 2 and no traceback; :func:`user_errors` turns the others (a
+library's ``ValueError``) into one where a command knows they are the user's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
-
-__all__ = ["UserError", "DiskFullError", "is_disk_full", "disk_full_message"]
+from collections.abc import Iterator
 
 
 class UserError(Exception):
     """A problem with the user's input: printed as one message, no traceback, exit 2."""
+
+
+@contextlib.contextmanager
+def user_errors(*types: type[Exception]) -> Iterator[None]:
+    """Any of ``types`` raised inside becomes a :class:`UserError` with the same message
+    (the command line's translation of a library's errors that the user can fix)."""
+    try:
+        yield
+    except types as e:
+        raise UserError(str(e)) from None
 
 
 class DiskFullError(RuntimeError):

@@ -1,25 +1,16 @@
-"""``vitscale export RUN_DIR``: a cell's weights as a timm model folder.
+"""``vitscale export RUN_DIR`` (README, "Published checkpoints"): a cell's weights as the
+model folder timm's ``local-dir:`` source reads: timm's ``config.json`` (architecture,
+``model_args`` that rebuild our exact shape, input size and [-1, 1] normalisation, plus a
+``vitscale`` section: model name, resolution, pool, cell id, step) and the weights in
+timm's names, which :func:`vitscale.models.load_pretrained` reads back as well.
 
-The folder is what timm's ``local-dir:`` source reads, so a trained cell drops into any
-timm pipeline::
-
-    vitscale export runs/fig4/3f9c0a1b2d --format safetensors --out exported/
-    model = timm.create_model("local-dir:exported/", pretrained=True)
-
-- ``config.json``: timm's model config (architecture, ``model_args`` that rebuild our
-  exact shape, input size and [-1, 1] normalisation), plus a ``vitscale`` section (model
-  name, resolution, pool, cell id, step);
-- the weights in timm's names: ``model.safetensors`` (``--format safetensors``) or
-  ``pytorch_model.bin`` (``--format timm``: a plain ``.pth`` state dict, tensors only).
-
-Both are read back by :func:`vitscale.models.load_pretrained` as well. What timm cannot
-express is said, not hidden: a ViT pre-training head's tanh pre-logits layer has no timm
-counterpart, so such a head is left out (``num_classes: 0``, timm then returns the
-pooled features); timm's ports compute ViTs exactly (``act_layer="gelu_tanh"``) but
-keep their own weight-standardisation and GroupNorm epsilons for BiT and hybrids
-(relative differences of ~1e-5 to 1e-3 in the logits, see
-:mod:`vitscale.models.resnet`). The folder is written aside and renamed into place, so an
-interrupted export leaves no partial folder behind.
+What timm cannot express is said, not hidden: a ViT pre-training head's tanh pre-logits
+layer has no timm counterpart, so such a head is left out (``num_classes: 0``, timm then
+returns the pooled features); timm's ports compute ViTs exactly (``act_layer="gelu_tanh"``)
+but keep their own weight-standardisation and GroupNorm epsilons for BiT and hybrids
+(relative differences of ~1e-5 to 1e-3 in the logits, see :mod:`vitscale.models.resnet`).
+The folder is written aside and renamed into place, so an interrupted export leaves no
+partial folder behind.
 """
 
 from __future__ import annotations
@@ -32,8 +23,6 @@ from pathlib import Path
 
 from . import record as rf
 from .catalog import HybridSpec, ResNetSpec, ViTSpec, parse
-
-__all__ = ["FORMATS", "ExportError", "Export", "timm_config", "export_run"]
 
 FORMATS = {"timm": "pytorch_model.bin", "safetensors": "model.safetensors"}
 # timm's registered BiT ports (resnetv2_<depth>x<width>_bit): the only ResNets it can build.

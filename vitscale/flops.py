@@ -1,5 +1,6 @@
 """Analytic parameters, multiply-adds and pre-training compute per (model name, resolution).
 
+<<<<<<< HEAD
 The convention (paper Table 6 and Fig. 5; docs/protocol.md):
 
     exaFLOPs = examples seen x 3 (forward + backward) x 2 (FLOPs per multiply-add)
@@ -8,14 +9,16 @@ The convention (paper Table 6 and Fig. 5; docs/protocol.md):
 Forward multiply-adds count every dense and convolution layer, the patch embedding and
 attention's two products (QK^T and AV); norms, softmax, activations, pooling and
 additions are not counted. Two counts are kept:
+=======
+The convention and how closely it reproduces paper Table 6: docs/protocol.md,
+"Pre-training compute". Two counts are kept:
+>>>>>>> h-slim
 
 - ``macs``: dense, every kernel tap of every output position, padding included. This is
   what ``torch.utils.flop_counter.FlopCounterMode`` measures on the built model
   (``flops = 2 * macs``).
 - ``paper_macs``: the paper's count, in which a convolution tap that lands on zero padding
-  is not a multiply-add. For ViTs (no padded convolution) the two are equal and reproduce
-  every ViT row of Table 6 within 1% (ViT-B/16: 17.58 G -> 224 exaFLOPs at 7 epochs of
-  JFT); for the ResNets the dense count is 3-5% high and the padding-free one is within 2%.
+  is not a multiply-add (equal to ``macs`` for ViTs, which pad no convolution).
 
 Nothing here builds a model: the counts follow :mod:`vitscale.catalog` layer by layer,
 mirroring the modules in :mod:`vitscale.models`, and tests hold them against ``numel()``
@@ -24,13 +27,11 @@ and ``FlopCounterMode`` on the built models. Imports no torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from .catalog import HybridSpec, ResNetSpec, ViTSpec, check_resolution, parse
 from .paper import JFT_IMAGES, table6
-
-__all__ = ["Count", "count", "pretrain_exaflops", "table6_check", "Table6Row"]
 
 TRAIN_MULTIPLIER = 3  # forward + backward (backward ~ 2x forward), paper convention
 FLOPS_PER_MAC = 2
@@ -59,17 +60,8 @@ class Count:
         return TRAIN_MULTIPLIER * FLOPS_PER_MAC * self.paper_macs
 
     def as_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "resolution": self.resolution,
-            "num_classes": self.num_classes,
-            "head": self.head,
-            "params": self.params,
-            "macs": self.macs,
-            "paper_macs": self.paper_macs,
-            "flops": self.flops,
-            "train_flops_per_example": self.train_flops_per_example,
-        }
+        derived = {"flops": self.flops, "train_flops_per_example": self.train_flops_per_example}
+        return asdict(self) | derived
 
 
 def _valid_taps(size: int, k: int, stride: int, pad: int, out: int) -> int:
@@ -260,11 +252,8 @@ def table6_check() -> list[Table6Row]:
     rows = table6()
     out = []
     for row in rows:
-        model, epochs, paper = (
-            row["model"],
-            int(row["pretrain_epochs"]),
-            float(row["pretrain_exaflops"]),
-        )
+        model, epochs = row["model"], int(row["pretrain_epochs"])
+        paper = float(row["pretrain_exaflops"])
         ours = pretrain_exaflops(model, epochs * JFT_IMAGES)
         tol = TOLERANCE[row["family"]]
         flag = ""

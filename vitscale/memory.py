@@ -1,9 +1,6 @@
-"""Peak accelerator memory of one training step, estimated before anything runs.
-
-``vitscale grid --dry-run --profile P`` prints it for every cell, picks the largest
-micro-batch that fits the profile's GPUs when the grid leaves ``train.micro_batch_size``
-(or ``eval.finetune.micro_batch_size``) unset, and refuses a cell that fits at no
-micro-batch. The trainer makes the same choice on a GPU it can ask. Per process::
+"""Peak accelerator memory of one training step, estimated before anything runs (the grid
+places cells with it, :mod:`vitscale.grid.placement`; the trainer picks micro-batches with
+it, :mod:`vitscale.train.speed`). Per process::
 
     peak = weights + gradients + optimiser state (+ DDP's gradient buckets, >1 process)
            (+ the pre-trained model kept while fine-tuning)
@@ -24,11 +21,9 @@ micro-batch. The trainer makes the same choice on a GPU it can ask. Per process:
 - transient: gradients of activations in flight during the backward pass (two of the
   largest saved tensors) and library workspaces: a margin, not a measurement.
 
-Calibration (tests/test_memory.py; benchmarks/RESULTS.md): the activation count is held
-against the bytes ``torch.autograd.graph.saved_tensors_hooks`` sees on the CPU, in fp32
-and in CPU autocast bf16 (whose op lists differ from CUDA's only in keeping GroupNorm in
-bf16: ``device="cpu"`` models that). The whole-step peak against
-``torch.cuda.max_memory_allocated`` needs a GPU: ``benchmarks/gpu_smoke.sh``.
+Calibration, on the CPU (``device="cpu"`` models CPU autocast, which keeps GroupNorm in
+bf16) and on a GPU: tests/test_memory.py; benchmarks/RESULTS.md, "Memory estimate
+against autograd".
 
 Imports no torch: a dry run of a 100-cell grid costs milliseconds.
 """
@@ -40,17 +35,6 @@ from functools import lru_cache
 
 from .catalog import HybridSpec, ResNetSpec, ViTSpec, check_resolution, parse, same_padding
 from .flops import count
-
-__all__ = [
-    "MemoryEstimate",
-    "saved_activation_bytes",
-    "measure_saved_bytes",
-    "estimate",
-    "fits",
-    "fit_micro_batch",
-    "usable_bytes",
-    "GiB",
-]
 
 GiB = 2**30
 PRECISIONS = ("fp32", "bf16")

@@ -19,8 +19,6 @@ from .config import Config, ConfigError, cell_id, to_steps, validate
 from .config.rules import launch_problems, length_checks, subset_checks
 from .data import check_available, known_size
 
-__all__ = ["Plan", "plan", "dataset_size"]
-
 Launch = int | Callable[[Config], int | None] | None
 
 
@@ -85,7 +83,7 @@ def plan(
 def dataset_size(cfg: Config) -> int | None:
     """The pre-training split's size when it is known without reading the data."""
     try:
-        return known_size(cfg.data.dataset, root=cfg.data.root)
+        return known_size(cfg.data.dataset)
     except ValueError:  # an unknown name: reported by the dataset checks in their words
         return None
 

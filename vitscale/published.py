@@ -6,8 +6,7 @@ from its recipe, not from our step counter. One small table holds those recipes:
 
 - the paper's own models on JFT-300M: paper Table 6's exaFLOPs, as printed;
 - anything else: the documented epochs on the documented dataset, counted with our
-  convention (:mod:`vitscale.flops`: epochs x images x 3 x 2 x forward multiply-adds at
-  224 px, with the dataset's classifier), which reproduces Table 6 within 1-2%.
+  convention (:mod:`vitscale.flops`, with the dataset's classifier).
 
 Imports no torch.
 """
@@ -19,8 +18,6 @@ from dataclasses import asdict, dataclass
 from .catalog import parse
 from .flops import count
 from .paper import JFT_IMAGES, table6
-
-__all__ = ["DATASETS", "DEFAULT_EPOCHS", "Dataset", "Published", "published_compute"]
 
 PRETRAIN_RESOLUTION = 224  # every published ViT / BiT pre-training (paper Sec. 4.1; BiT)
 

@@ -7,7 +7,6 @@ import math
 import numbers
 from collections.abc import Sequence
 
-import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -16,18 +15,6 @@ from vitscale.record.cells import metric_columns
 
 from .. import style
 from . import AGGREGATES
-
-__all__ = [
-    "require",
-    "finished",
-    "aggregate",
-    "check_agg",
-    "hue_order",
-    "line_styles",
-    "log_x",
-    "two_lines",
-    "save",
-]
 
 
 def require(frame: pd.DataFrame, columns: Sequence[str]) -> None:
@@ -149,11 +136,3 @@ def two_lines(text: str, limit: int = 28) -> str:
     spaces = [i for i, ch in enumerate(text) if ch == " "]
     cut = min(spaces, key=lambda i: abs(i - len(text) / 2))
     return text[:cut] + "\n" + text[cut + 1 :]
-
-
-def save(fig, out_dir, stem: str, formats: Sequence[str]) -> list:
-    """:func:`analysis.style.save`, closing the figure on a bad format too."""
-    try:
-        return style.save(fig, out_dir, stem, formats=formats)
-    finally:
-        plt.close(fig)

@@ -1,7 +1,5 @@
-"""A metric along training: the curves behind Fig. 4's early stopping.
-
-The paper reports the best ImageNet 5-shot accuracy seen during pre-training (Sec. 4.3,
-Fig. 4); these curves show where that best fell. Input is a history frame
+"""A metric along training: the curves behind Fig. 4's early stopping (docs/protocol.md,
+"The figures"), showing where the best value fell. Input is a history frame
 (:func:`vitscale.record.cells.load_history`: one row per cell and logged step, failed cells
 included, since a curve up to the failure is still informative). One line per model (or
 per value of ``hue``); cells sharing a line and an x value are combined by ``agg``. When
@@ -21,9 +19,7 @@ from vitscale.record import EXAMPLES_SEEN
 
 from .. import metrics as M
 from .. import style
-from ._data import aggregate, check_agg, line_styles, log_x, require, save
-
-__all__ = ["plot", "figure", "write"]
+from ._data import aggregate, check_agg, line_styles, log_x, require
 
 _MAX_COLUMNS = 4  # panels per row
 _SHORT_X = {M.axis_label(EXAMPLES_SEEN): "Examples seen"}
@@ -95,4 +91,4 @@ def write(
 ) -> list[Path]:
     """Write ``curves_<metric>.<format>``; returns the paths."""
     fig = figure(history, metric=metric, hue=hue, agg=agg)
-    return save(fig, out_dir, f"curves_{style.safe_stem(metric)}", formats)
+    return style.save(fig, out_dir, f"curves_{style.safe_stem(metric)}", formats=formats)

@@ -1,9 +1,5 @@
-"""Fig. 3, "Transfer to ImageNet".
-
-ViT-B/32, B/16, L/32, L/16 and H/14 pre-trained on ImageNet, ImageNet-21k and JFT-300M,
-then fine-tuned on ImageNet; a grey band shows the range of the BiT ResNets. The points
-are the paper's Table 5 (:func:`paper_frame`): on the smallest pre-training set the
-large ViTs lose to the base ones, with more data they overtake.
+"""Fig. 3, "Transfer to ImageNet" (docs/protocol.md, "The figures"); the paper's points are
+its Table 5 (:func:`paper_frame`).
 
 From runs: the x axis has one position per pre-training dataset, ordered by size; each
 non-ResNet model is a line and the ResNets form the band (their lowest to highest
@@ -26,9 +22,7 @@ from vitscale.record import finetune_key
 
 from .. import metrics as M
 from .. import paper, style
-from ._data import aggregate, check_agg, finished, line_styles, save
-
-__all__ = ["plot", "figure", "write", "write_paper", "paper_frame", "IMAGENET", "BAND_LABEL"]
+from ._data import aggregate, check_agg, finished, line_styles
 
 IMAGENET = finetune_key("imagenet")
 BAND_LABEL = "BiT ResNets (range)"
@@ -108,7 +102,7 @@ def write(
 ) -> list[Path]:
     """Write ``fig3_<metric>.<format>``; returns the paths."""
     fig = figure(frame, metric=metric, agg=agg)
-    return save(fig, out_dir, f"fig3_{style.safe_stem(metric)}", formats)
+    return style.save(fig, out_dir, f"fig3_{style.safe_stem(metric)}", formats=formats)
 
 
 def write_paper(
@@ -116,4 +110,4 @@ def write_paper(
 ) -> list[Path]:
     """Fig. 3 redrawn from Tables 5 and 6: ``paper_fig3_transfer_imagenet.<format>``."""
     fig = figure(paper_frame())
-    return save(fig, out_dir, "paper_fig3_transfer_imagenet", formats)
+    return style.save(fig, out_dir, "paper_fig3_transfer_imagenet", formats=formats)

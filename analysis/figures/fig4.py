@@ -1,9 +1,7 @@
-"""Fig. 4, "Linear few-shot evaluation on ImageNet versus pre-training size".
+"""Fig. 4, "Linear few-shot evaluation on ImageNet versus pre-training size"
+(docs/protocol.md, "The figures").
 
-The paper pre-trains on random JFT subsets of 9M, 30M, 90M and 300M images with the same
-hyper-parameters and steps, and reports each model's best ImageNet 5-shot accuracy seen
-during training (early stopping); ResNets win on the small subsets, ViTs from 90M on.
-Here: any few-shot metric of the cells frame (its ``best`` value, the same early
+Here: any few-shot metric of the cells frame (its ``best`` value, the paper's early
 stopping) against the pre-training dataset size on a log axis, one line per model (ViT
 solid, ResNet dashed, hybrid dash-dotted) or per value of any column (``hue``), cells
 sharing a line and a size (seeds) combined by ``agg``, with the range over them (max -
@@ -24,9 +22,7 @@ import pandas as pd
 from .. import metrics as M
 from .. import style
 from ..summary import fig4_steps
-from ._data import aggregate, check_agg, finished, line_styles, log_x, save
-
-__all__ = ["plot", "figure", "write", "SEED_RANGE"]
+from ._data import aggregate, check_agg, finished, line_styles, log_x
 
 SEED_RANGE = "seed-range"  # gid of the error bars' artists
 
@@ -94,4 +90,4 @@ def write(
 ) -> list[Path]:
     """Write ``fig4_<metric>.<format>``; returns the paths."""
     fig = figure(cells, metric=metric, x=x, hue=hue, agg=agg)
-    return save(fig, out_dir, f"fig4_{style.safe_stem(metric)}", formats)
+    return style.save(fig, out_dir, f"fig4_{style.safe_stem(metric)}", formats=formats)

@@ -1,10 +1,5 @@
-"""Fig. 5, "Performance versus pre-training compute".
-
-x = total pre-training exaFLOPs (log), y = transfer accuracy; the paper's left panel is
-the average over ImageNet, CIFAR-10, CIFAR-100, Pets and Flowers ("average-5"), the
-right one ImageNet, and the points are Table 6 (:func:`paper_panels`). Message: ViT
-needs 2-4x less compute than a ResNet for the same accuracy; hybrids help at small
-budgets only.
+"""Fig. 5, "Performance versus pre-training compute" (docs/protocol.md, "The figures"); the
+paper's points are its Table 6 (:func:`paper_panels`).
 
 Each panel draws every finished cell as a point (colour = family or another ``hue``
 column, marker = model size), the Pareto frontier of each colour group
@@ -32,9 +27,7 @@ from vitscale.record import finetune_key
 from .. import metrics as M
 from .. import paper, scaling, style
 from ..frontier import pareto_frontier
-from ._data import finished, hue_order, log_x, save, two_lines
-
-__all__ = ["Panel", "PAPER_PANELS", "paper_panels", "plot", "figure", "write", "write_paper"]
+from ._data import finished, hue_order, log_x, two_lines
 
 X = "exaflops"
 PAPER_PANELS = ((paper.AVERAGE_5, "Average-5"), (finetune_key("imagenet"), "ImageNet"))
@@ -234,7 +227,7 @@ def write(
 ) -> list[Path]:
     """Write ``fig5_compute.<format>``; returns the paths."""
     fig = figure(panels, hue=hue, fit=fit, bootstrap=bootstrap)
-    return save(fig, out_dir, stem, formats)
+    return style.save(fig, out_dir, stem, formats=formats)
 
 
 def write_paper(

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from ..errors import UserError
+from ..errors import UserError, user_errors
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     from ..data.preview import save_preview
 
     out = args.out or f"preview-{args.name.replace(':', '_').replace('/', '_')}.png"
-    try:
+    with user_errors(ValueError):  # unknown name or split, bad size, dataset missing or malformed
         path = save_preview(
             out,
             args.name,
@@ -123,8 +123,6 @@ def run(args: argparse.Namespace) -> int:
             root=args.root,
             download=args.download,
         )
-    except ValueError as e:  # unknown name or split, bad size, dataset missing or malformed
-        raise UserError(str(e)) from None
     print(f"wrote {path}")
     return 0
 
@@ -175,9 +173,7 @@ def _data_shards(args: argparse.Namespace) -> int:
 def _data_describe(args: argparse.Namespace) -> int:
     from ..data.shards.index import describe, format_description
 
-    try:
+    with user_errors(ValueError):
         row = describe(args.name, subset=args.subset, seed=args.seed, shards=args.shards)
-    except ValueError as e:
-        raise UserError(str(e)) from None
     print(json.dumps(row, indent=2) if args.json else format_description(row))
     return 0

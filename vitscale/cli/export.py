@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import UserError
+from ..errors import user_errors
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -25,10 +25,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..export import export_run
 
-    try:
+    with user_errors(ValueError, FileNotFoundError):
         done = export_run(args.run, fmt=args.format, out=args.out, force=args.force)
-    except (ValueError, FileNotFoundError) as e:
-        raise UserError(str(e)) from None
     print(f"wrote {done.path}/ ({done.weights.name}, timm architecture {done.architecture})")
     if done.note:
         print(f"note: {done.note}")

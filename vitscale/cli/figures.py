@@ -14,17 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import UserError
-
-__all__ = [
-    "configure_figures",
-    "run_figures",
-    "configure_fit",
-    "run_fit",
-    "configure_summary",
-    "run_summary",
-    "X_COLUMNS",
-]
+from ..errors import UserError, user_errors
 
 # --x of `vitscale fit`: the cost axis of the law.
 X_COLUMNS = {"exaflops": "exaflops", "examples": "num_examples", "examples_seen": "examples_seen"}
@@ -116,10 +106,8 @@ def _load(paths: list[str], *, progress: bool = True):
     """The cells under ``paths``; unreadable folders are listed on stderr and skipped."""
     from ..record.cells import load_runs
 
-    try:
+    with user_errors(FileNotFoundError):
         cells, problems = load_runs(paths, progress=progress)
-    except FileNotFoundError as e:
-        raise UserError(str(e)) from None
     if problems:
         print(f"skipped {len(problems)} unreadable run folder(s):", file=sys.stderr)
         for p in problems[:20]:
@@ -207,9 +195,6 @@ def run_figures(args: argparse.Namespace) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- fit
-
-
 def configure_fit(p: argparse.ArgumentParser) -> None:
     _add_runs(p)
     p.add_argument(
@@ -287,9 +272,6 @@ def run_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- summary
-
-
 def configure_summary(p: argparse.ArgumentParser) -> None:
     _add_runs(p)
     p.add_argument(
@@ -311,10 +293,8 @@ def run_summary(args: argparse.Namespace) -> int:
     if not args.runs:
         raise UserError("vitscale summary: give RUNS_DIR...")
     cells = _load(args.runs, progress=False)
-    try:
+    with user_errors(ValueError):
         s = summary.summarise(cells, metric=args.metric, shots=args.shots)
-    except ValueError as e:
-        raise UserError(str(e)) from None
     if args.json:
         print(json.dumps(s.to_dict(), indent=2))
         return 0

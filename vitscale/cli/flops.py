@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..errors import UserError
+from ..errors import UserError, user_errors
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -49,10 +49,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.model:
         raise UserError("vitscale flops: give a MODEL, --table6 or --list")
-    try:
+    with user_errors(ValueError):
         c = flops.count(args.model, args.resolution, num_classes=args.num_classes, head=args.head)
-    except ValueError as e:
-        raise UserError(str(e)) from None
     if args.json:
         print(json.dumps(c.as_dict(), indent=2))
         return 0

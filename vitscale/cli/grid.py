@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import UserError
+from ..errors import user_errors
+from .train import add_overrides
 
 
 def configure_grid(p: argparse.ArgumentParser) -> None:
@@ -38,13 +39,9 @@ def configure_grid(p: argparse.ArgumentParser) -> None:
         help="local: after Ctrl-C (or SIGTERM), how long the running cells get to checkpoint "
         "before they are stopped at once (default 300; a second Ctrl-C does it sooner)",
     )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key in every cell, e.g. --set train.steps=10 (repeatable; "
+    add_overrides(
+        p,
+        "override a config key in every cell, e.g. --set train.steps=10 (repeatable; "
         "changes the cell ids)",
     )
 
@@ -54,7 +51,7 @@ def run_grid(args: argparse.Namespace) -> int:
 
     from ..grid import commands
 
-    try:
+    with user_errors(ValueError):
         return commands.grid(
             Path(args.file),
             runs_root=Path(args.runs),
@@ -68,8 +65,6 @@ def run_grid(args: argparse.Namespace) -> int:
             wait=args.wait,
             stop_timeout=args.stop_timeout,
         )
-    except ValueError as e:
-        raise UserError(str(e)) from None
 
 
 def configure_status(p: argparse.ArgumentParser) -> None:
@@ -85,7 +80,5 @@ def run_status(args: argparse.Namespace) -> int:
 
     from ..grid import commands
 
-    try:
+    with user_errors(FileNotFoundError):
         return commands.status([Path(p) for p in args.runs], shots=args.shots, as_json=args.json)
-    except FileNotFoundError as e:
-        raise UserError(str(e)) from None

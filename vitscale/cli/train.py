@@ -13,18 +13,18 @@ EXIT_PREEMPTED = 75  # EX_TEMPFAIL: checkpointed after SIGUSR1/SIGTERM; run agai
 EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C, as a shell reports it
 
 
+def add_overrides(p: argparse.ArgumentParser, help: str) -> None:
+    """``--set KEY=VALUE`` (repeatable) into ``args.overrides``."""
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help
+    )
+
+
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "config", help="YAML (or config.json of a run folder) with model/data/train/... sections"
     )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set train.steps=100 (repeatable)",
-    )
+    add_overrides(p, "override a config key, e.g. --set train.steps=100 (repeatable)")
     p.add_argument("--workdir", "-w", help="run folder (default: runs/adhoc/<cell id>)")
     p.add_argument(
         "--dry-run", action="store_true", help="validate and print the resolved config, then stop"

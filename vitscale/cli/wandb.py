@@ -1,8 +1,6 @@
-"""``vitscale wandb dashboard | report | sync``: argument set-up and handlers.
-
-Nothing heavy is imported until a handler runs. Every handler checks its input and builds what it will send
-locally first (``--dry-run`` stops there and prints it as JSON), then checks W&B (key,
-network, project, runs: :mod:`.remote`), then writes in one call. Any of these failing
+"""``vitscale wandb dashboard | report | sync``. Every handler checks its input and builds
+what it will send locally first (``--dry-run`` stops there and prints it as JSON), then
+checks W&B (key, network, project, runs), then writes in one call. Any of these failing
 is one line on stderr and exit code 2; API keys never appear in what is printed.
 """
 
@@ -14,9 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import UserError
-
-__all__ = ["configure", "run"]
+from ..errors import UserError, user_errors
+from .train import add_overrides
 
 
 def _target(p: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -44,14 +41,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     _target(d)
     d.add_argument("--name", help="the view's name (default: 'vitscale: <grid>')")
-    d.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="with a grid file: the same overrides the grid was run with (they change "
-        "cell ids, hence run colours)",
+    add_overrides(
+        d,
+        "with a grid file: the same overrides the grid was run with (they change cell ids, "
+        "hence run colours)",
     )
     d.add_argument("--dry-run", action="store_true", help="print the workspace as JSON; no network")
 
@@ -83,9 +76,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="keep the report's figures in this folder (default: a temporary one)",
     )
     r.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the report and its assets as JSON; no network",
+        "--dry-run", action="store_true", help="print the report and its assets as JSON; no network"
     )
 
     s = sub.add_parser(
@@ -129,9 +120,6 @@ def _reason(error: ValueError) -> str:
     return str(error).strip().splitlines()[0]
 
 
-# --------------------------------------------------------------------------- dashboard
-
-
 def _dashboard(args: argparse.Namespace) -> int:
     from ..record.wandb import open_project
     from ..wandb_views.remote import save_workspace
@@ -154,9 +142,6 @@ def _dashboard(args: argparse.Namespace) -> int:
         f"{'updated' if updated else 'created'} workspace {workspace.name!r} ({len(study.cells)} cells): {url}"
     )
     return 0
-
-
-# --------------------------------------------------------------------------- report
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -195,9 +180,6 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- sync
-
-
 def _sync(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -206,10 +188,8 @@ def _sync(args: argparse.Namespace) -> int:
     from ..wandb_views.sync import find_offline_runs, upload
 
     _check_target(args)
-    try:
+    with user_errors(FileNotFoundError):
         folders, _ = find_run_folders(args.runs)
-    except FileNotFoundError as e:
-        raise UserError(str(e)) from None
     if not folders:
         raise UserError(f"no run folders under {' '.join(args.runs)}")
     runs = find_offline_runs(folders)

@@ -11,8 +11,6 @@ from __future__ import annotations
 import re
 from numbers import Integral, Real
 
-__all__ = ["SubsetSpec", "parse_count", "parse_subset", "subset_size", "to_steps"]
-
 SubsetSpec = int | float | str | None
 
 _SUFFIX = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9}

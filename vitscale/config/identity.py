@@ -14,8 +14,6 @@ import json
 from .load import get_key, pop_key
 from .schema import Config
 
-__all__ = ["cell_id", "OPERATIONAL_KEYS", "DERIVED_KEYS", "HASHED_WHEN_SET"]
-
 # Keys that change how a run is operated, not what it computes: left out of the cell id
 # so that moving a dataset or turning W&B off does not orphan finished cells.
 OPERATIONAL_KEYS = (

@@ -11,8 +11,6 @@ import yaml
 
 from .schema import ConfigError
 
-__all__ = ["yaml_load", "load_yaml", "apply_overrides", "get_key", "set_key", "pop_key"]
-
 
 class _Loader(yaml.SafeLoader):
     """PyYAML reads YAML 1.1, where ``3e-4`` (no dot) is a string; researchers write

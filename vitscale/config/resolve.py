@@ -11,8 +11,6 @@ from .load import apply_overrides, pop_key
 from .recipes import recipe
 from .schema import Config, ConfigError, check_types
 
-__all__ = ["validate", "resolve"]
-
 
 def validate(
     config: dict | Config | None, *, overrides: list[str] = ()

@@ -14,8 +14,6 @@ from ..published import published_compute
 from .counts import parse_count, parse_subset, subset_size
 from .schema import Config, Section
 
-__all__ = ["check", "subset_checks", "length_checks", "launch_problems"]
-
 _DURATIONS = ("train.steps", "train.epochs", "train.examples")
 
 

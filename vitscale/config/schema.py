@@ -1,4 +1,5 @@
-"""The config's sections: every key, its type, its default, and what it means.
+"""The config's sections: every key, its type and its default (what each means:
+docs/config.md).
 
 pydantic checks the types (strict: a whole number is no ``true``, a number may be a whole
 number); :func:`check_types` says what it found in our words, one line per key, naming
@@ -18,8 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WrapValidato
 
 from ..errors import UserError
 from .recipes import RECIPES
-
-__all__ = ["Config", "ConfigError", "check_types"]
 
 
 class ConfigError(UserError, ValueError):
@@ -53,15 +52,9 @@ class Section(BaseModel):
 
 class ModelConfig(Section):
     name: str = "ViT-Pico/4"
-    pool: Literal["token", "gap"] | None = (
-        None  # None: the family's default (token for ViT, gap for BiT)
-    )
+    pool: Literal["token", "gap"] | None = None
     dropout: Number | None = None  # None: recipe (paper Table 3)
-    # The pre-training head's hidden tanh layer (paper Sec. 3.1); None: the paper's (ViT: on).
     pre_logits: bool | None = None
-    # A published checkpoint (vitscale.models.load_pretrained's formats) to start from; with
-    # train.steps: 0 the cell evaluates it as it is. Its pre-training compute (Fig. 5) comes
-    # from its recipe: dataset and epochs (None: the documented ones, vitscale.published).
     pretrained: str | None = None
     pretrained_dataset: str | None = None  # "jft300m" | "imagenet21k" | "imagenet"
     pretrained_epochs: Number | None = None
@@ -80,7 +73,6 @@ class DataConfig(Section):
 
 
 class TrainConfig(Section):
-    # Duration: exactly one of steps, epochs (of the subset) or examples.
     steps: int | None = None
     epochs: Number | None = None
     examples: int | str | None = None  # 2121000000 or "2121M"
@@ -138,7 +130,6 @@ class EvalConfig(Section):
 
 
 class WandbConfig(Section):
-    # "auto": online with an API key, else offline
     mode: Literal["auto", "online", "offline", "disabled"] = "auto"
     project: str = "vitscale"
     entity: str | None = None
@@ -148,7 +139,6 @@ class WandbConfig(Section):
 class Config(Section):
     seed: int = 0
     grid: str | None = None  # set by the grid runner
-    # The paper recipe (vitscale.config.recipes); None: chosen by data.dataset.
     recipe: Literal[RECIPES] | None = None
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)

@@ -1,18 +1,6 @@
-"""Datasets, nested subsets, few-shot samples and the resumable example stream.
-
-- :func:`build_dataset`: a dataset name and split -> a torch ``Dataset`` of (image,
-  target); the embedded synthetic family (``"synthetic"``, ``"synthetic-<task>"``) or a
-  real source (CIFAR-10/100, Pets, Flowers-102, ImageNet, ImageFolder trees, multi-label
-  trees) read by torchvision's own loaders;
-- :func:`subset_indices`: the indices a subset spec (``30000``, ``0.1``, ``"9M"``)
-  selects, prefixes of one seeded permutation so smaller subsets nest in larger ones;
-- :func:`fewshot_indices`, :func:`finetune_splits`: transfer samples and held-out slices;
-- :func:`build_loader`: the exact, resumable pre-training stream of :class:`Batch` es,
-  split across processes, for every source;
-- :func:`save_preview`: a PNG grid of samples with their class names.
-
-The registry (:mod:`vitscale.data.registry`) and subsets (:mod:`vitscale.data.subsets`)
-import no torch.
+"""Datasets, nested subsets, few-shot samples and the resumable example stream: the names
+below, each documented where it is defined. The registry (:mod:`vitscale.data.registry`)
+and subsets (:mod:`vitscale.data.subsets`) import no torch.
 """
 
 from __future__ import annotations
@@ -29,7 +17,6 @@ _EXPORTS = {
     "finetune_splits": "build",
     "known_size": "available",
     "check_available": "available",
-    "all_targets": "build",
     "build_loader": "stream",
     "dataset_names": "registry",
     "DatasetNotFoundError": "registry",
@@ -40,9 +27,6 @@ _EXPORTS = {
     "fewshot_indices": "subsets",
     "holdout_split": "subsets",
     "parse_subset": "subsets",
-    "describe_datasets": "registry",
-    "preview_image": "preview",
-    "save_preview": "preview",
 }
 
 __all__ = list(_EXPORTS)

@@ -11,10 +11,8 @@ from .registry import SOURCES, DatasetNotFoundError, default_root, parse_name
 from .subsets import SubsetSpec, subset_size
 from .synthetic.vocabulary import TASKS
 
-__all__ = ["known_size", "check_available"]
 
-
-def known_size(name: str, *, root: str | Path | None = None) -> int | None:
+def known_size(name: str) -> int | None:
     """Size of the train split when known without reading the data (synthetic tasks and
     the registry's official sizes); ``None`` for folder sources."""
     source, _ = parse_name(name)
@@ -55,7 +53,7 @@ def check_available(
             check_layout(name, source, where)
         except DatasetNotFoundError as e:
             problems.append(str(e))
-    size = known_size(name, root=root)
+    size = known_size(name)
     if size is not None and subset is not None:
         try:
             subset_size(size, subset)

@@ -10,8 +10,6 @@ from dataclasses import dataclass, replace
 from torch import Tensor
 from torch.utils.data import Dataset, default_collate
 
-__all__ = ["Batch", "collate", "examples"]
-
 
 @dataclass(frozen=True, kw_only=True)
 class Batch:

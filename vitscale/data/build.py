@@ -14,8 +14,6 @@ from .subsets import balanced_order as _balanced_order
 from .synthetic.render import SyntheticImages
 from .synthetic.vocabulary import TASKS
 
-__all__ = ["build_dataset", "build_fewshot", "finetune_splits", "all_targets"]
-
 
 def _base(
     name: str,
@@ -83,26 +81,11 @@ def build_dataset(
     indices, or float multi-hot vectors when ``dataset.multilabel``. The dataset also has
     ``name``, ``classes``, ``num_classes``, ``multilabel`` and ``targets_of(indices)``.
 
-    Args:
-        name: a registry name (:func:`vitscale.data.registry.dataset_names`), e.g.
-            ``"synthetic"``, ``"synthetic-glyphs"``, ``"cifar10"``, ``"imagefolder:/data/x"``.
-        split: ``"train"``, ``"minitrain"``, ``"val"`` or ``"test"`` (see the registry).
-        root: where a torchvision set or ImageNet lives (default ``$VITSCALE_DATA``
-            or ``./data``); folder sources carry their path in the name.
-        image_size: output resolution, any size (synthetic: 32 to 224).
-        subset: a count, fraction or paper-style size (``"9M"``) of the split: a prefix of
-            ``SeededPermutation(len(split), seed)``, so smaller subsets nest in larger ones
-            (paper Fig. 4). ``None``: the whole split.
-        class_balanced: order the subset class-balanced (needs per-example labels, so real
-            sources only; the synthetic classes are balanced by construction).
-        augment: training augmentation (Inception crop + flip) instead of the evaluation
-            resize + centre crop; default: on for train and minitrain of real sources.
-        download: let torchvision fetch CIFAR, Pets or Flowers into ``root``.
-        shuffle_shards, skip_bad_samples: sharded sources only
-            (:mod:`vitscale.data.shards.dataset`): shards shuffled together in the pre-training
-            stream, and bad examples replaced instead of stopping the run. A sharded
-            subset is whole shards in a seeded order plus a count
-            (:func:`vitscale.data.shards.index.select`), recorded in ``dataset.selection``.
+    ``name`` and ``split`` are the registry's (:mod:`vitscale.data.registry`); ``root``,
+    ``subset``, ``class_balanced``, ``download``, ``shuffle_shards`` and
+    ``skip_bad_samples`` mean what the ``data.*`` config keys of those names do
+    (docs/config.md). ``augment``: Inception crop + flip instead of the evaluation resize +
+    centre crop; default: on for train and minitrain of real sources.
     """
     if parse_name(name)[0] == "shards":
         from .shards.dataset import load_shards
@@ -142,12 +125,9 @@ def build_fewshot(
     image_size: int,
     download: bool = False,
 ) -> Dataset:
-    """``shots`` train images per class, preprocessed for evaluation (paper Sec. 4.1).
-
-    The paper's linear few-shot protocol samples k images per class of the train split
-    (images resized and centre-cropped, no augmentation) and repeats over seeds; a larger
-    k with the same seed contains the smaller one. Score on ``build_dataset(name, "test")``.
-    """
+    """``shots`` train images per class, preprocessed for evaluation (paper Sec. 4.1): a
+    larger k with the same seed contains the smaller one. Score on
+    ``build_dataset(name, "test")``."""
     train = _base(name, "train", root=root, image_size=image_size, augment=False, download=download)
     return IndexedDataset(train, fewshot_indices(all_targets(train), shots, seed=seed))
 
@@ -161,13 +141,10 @@ def finetune_splits(
     download: bool = False,
     seed: int = 0,
 ) -> tuple[Dataset, Dataset]:
-    """``(minitrain, val)``: where fine-tuning learning rates are chosen (paper App. B.1.1).
-
-    ``val`` is a fixed held-out slice of train (the source's default fraction unless
-    ``val_fraction`` is given); ``minitrain`` is the rest. ``seed`` is accepted for a
-    uniform signature: the slice never depends on it, so every run holds out the same
-    images.
-    """
+    """``(minitrain, val)``: where fine-tuning learning rates are chosen (paper App. B.1.1):
+    a fixed held-out slice of train (the source's default fraction unless ``val_fraction``
+    is given) and the rest. The slice never depends on ``seed`` (accepted for a uniform
+    signature), so every run holds out the same images."""
     del seed
     kw = dict(root=root, image_size=image_size, download=download, val_fraction=val_fraction)
     return (

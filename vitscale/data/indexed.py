@@ -14,8 +14,6 @@ from torch.utils.data import Dataset
 from .batch import examples
 from .subsets import SeededPermutation
 
-__all__ = ["IndexedDataset"]
-
 
 class IndexedDataset(Dataset):
     """Position ``p`` of the dataset is example ``indices[p]`` of ``base``, ``p < length``."""

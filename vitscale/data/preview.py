@@ -1,10 +1,8 @@
 """A grid of samples with their class names, as a PNG: ``vitscale data preview NAME``.
 
-One row per class (``rows`` classes spread evenly over the dataset's classes), ``cols``
-examples of that class in the split's own order, so a row shows how much an image of one
-class varies (position, scale, colour, clutter for the synthetic family) and the rows
-show how classes differ. Real sources are shown with the evaluation transform (resize and
-centre crop), the synthetic family as rendered.
+A row shows how much the images of one class vary (position, scale, colour, clutter for
+the synthetic family), the rows how classes differ. Real sources are shown with the
+evaluation transform (resize and centre crop), the synthetic family as rendered.
 """
 
 from __future__ import annotations
@@ -20,8 +18,6 @@ from torch.utils.data import Dataset
 
 from .batch import collate, examples
 from .build import build_dataset
-
-__all__ = ["pick_examples", "sample_grid", "preview_image", "save_preview"]
 
 _MIN_TILE = 96  # pixels on screen: small images are enlarged (nearest neighbour)
 _GAP = 4
@@ -95,8 +91,7 @@ def preview_image(
     tile = image_size * max(1, math.ceil(_MIN_TILE / image_size))
     font = ImageFont.load_default(size=13)
     line = 18
-    width = _GAP + cols * (tile + _GAP)
-    width = max(width, 420)
+    width = max(_GAP + cols * (tile + _GAP), 420)
     height = line + _GAP + len(per_row) * (line + tile + _GAP)
     canvas = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(canvas)

@@ -3,31 +3,17 @@
 One table for every fact about a source, torch-free, so the CLI's ``data list``, grid
 validation and error messages read the same numbers the loaders use.
 
-Names:
+Names: ``synthetic`` (upstream) and ``synthetic-<task>`` (transfer), the embedded
+procedural family (:mod:`vitscale.data.synthetic.vocabulary`, nothing on disk), and the
+sources of :data:`SOURCES`, each with what it expects on disk. ``imagenet``'s ``test`` split
+is the official validation set, on which the paper reports ImageNet; ``multilabel:`` is
+the JFT / ImageNet-21k shape (multi-hot targets for the sigmoid loss); ``shards:`` is the
+format for pre-training at the paper's scale (:mod:`vitscale.data.shards.index`).
 
-- ``synthetic`` (upstream) and ``synthetic-<task>`` (transfer): the embedded procedural
-  family (:mod:`vitscale.data.synthetic.vocabulary`); nothing on disk.
-- ``cifar10``, ``cifar100``, ``pets``, ``flowers102``: torchvision's loaders on their
-  standard on-disk layouts under ``root``.
-- ``imagenet``: ILSVRC-2012 in folder layout, ``root/train/<wnid>/*.JPEG`` and
-  ``root/val/<wnid>/*.JPEG``; the paper reports ImageNet on the official validation set,
-  which is this source's ``test`` split.
-- ``imagefolder:/path``: any ImageFolder tree, ``/path/train/<class>/*`` and
-  ``/path/test/<class>/*`` (or ``/path/val/<class>/*`` when there is no ``test``).
-- ``multilabel:/path``: the same tree plus ``/path/labels.tsv`` giving every image's
-  further labels: the JFT / ImageNet-21k shape, multi-hot targets for the sigmoid loss.
-- ``shards:/path`` (or ``shards:/path/train-{000000..001023}.tar``): WebDataset tar
-  shards with an ``index.json``, the format for pre-training at the paper's scale
-  (:mod:`vitscale.data.shards.index`); single- or multi-label.
-
-Splits, for every source:
-
-- ``train``: the whole train split (pre-training, few-shot samples, the final fine-tune);
-- ``val``: a fixed held-out slice of train for choosing fine-tuning learning rates (paper
-  App. B.1.1: 2% CIFAR, 10% Pets/Flowers, 1% ImageNet); the synthetic tasks have a
-  separate val stream instead;
-- ``minitrain``: train without the val slice (fine-tune here, score on val);
-- ``test``: the official test split, for final scores only.
+Splits, for every source: ``train``; ``val``, a fixed held-out slice of train for
+choosing fine-tuning learning rates (:attr:`SourceInfo.val_fraction`, paper App. B.1.1;
+the synthetic tasks have a separate val stream instead); ``minitrain``, train without it;
+``test``, the official test split, for final scores only.
 """
 
 from __future__ import annotations
@@ -37,19 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .synthetic.vocabulary import TASKS
-
-__all__ = [
-    "SPLITS",
-    "SourceInfo",
-    "SOURCES",
-    "FOLDER_KINDS",
-    "DatasetNotFoundError",
-    "DatasetFormatError",
-    "dataset_names",
-    "parse_name",
-    "default_root",
-    "describe_datasets",
-]
 
 SPLITS = ("train", "minitrain", "val", "test")
 FOLDER_KINDS = ("imagefolder", "multilabel", "shards")

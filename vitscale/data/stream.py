@@ -36,18 +36,6 @@ from .batch import Batch, collate, examples
 from .subsets import SeededPermutation
 from .workers import prepare_for_workers, worker_init
 
-__all__ = [
-    "StreamOrder",
-    "ShuffledOrder",
-    "StepPositions",
-    "PositionStream",
-    "ExampleStream",
-    "OwnStream",
-    "ReadFailure",
-    "StreamLoader",
-    "build_loader",
-]
-
 _EPOCH_STREAM = 0xE90C
 # A worker's batch taking longer than this is an error, not a hang (a stuck file system).
 BATCH_TIMEOUT_S = 600

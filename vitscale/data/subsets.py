@@ -28,21 +28,10 @@ from numbers import Integral
 
 import numpy as np
 
-from ..config.counts import SubsetSpec, parse_count, parse_subset, subset_size
+from ..config.counts import SubsetSpec, subset_size
+from ..config.counts import parse_count as parse_count
+from ..config.counts import parse_subset as parse_subset
 from ._hash import derive_key, mix64
-
-__all__ = [
-    "SubsetSpec",
-    "SeededPermutation",
-    "parse_count",
-    "parse_subset",
-    "subset_size",
-    "subset_indices",
-    "balanced_order",
-    "fewshot_indices",
-    "holdout_split",
-    "HOLDOUT_SEED",
-]
 
 # Fixed seed of the held-out slice: the same images are held out in every run.
 HOLDOUT_SEED = 0x5EED_4A11

@@ -30,14 +30,6 @@ import signal
 
 from torch.utils.data import Dataset
 
-__all__ = [
-    "PREEMPTION_SIGNALS",
-    "STOP_SIGNALS",
-    "worker_init",
-    "prepare_for_workers",
-    "auto_num_workers",
-]
-
 # SLURM's time-limit signal (--signal=USR1@N) and its preemption/scancel signal.
 PREEMPTION_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 # ... and Ctrl-C: every signal the trainer turns into "checkpoint at the next step, stop".

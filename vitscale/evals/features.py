@@ -1,9 +1,5 @@
 """Run a frozen model over a fixed evaluation set, sharded over the processes, gathered on
-every rank.
-
-Each process takes every ``world``-th index, pads its shard to the common length, and
-the shards are gathered and put back in index order, so every rank ends with the same
-``(N, ...)`` outputs as a single process would compute.
+every rank in index order: every rank ends with the outputs one process would compute.
 
 Evaluation sets are evaluated again and again during training (the few-shot pool and test
 images, upstream top-1) through the deterministic evaluation view, so :class:`EvalImages`

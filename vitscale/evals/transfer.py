@@ -81,7 +81,7 @@ class TransferEvaluator:
         )
 
     @torch.no_grad()
-    def run(self, model: torch.nn.Module, *, step: int) -> dict[str, float]:
+    def run(self, model: torch.nn.Module) -> dict[str, float]:
         """Few-shot accuracies (each seed and their mean) and upstream top-1, as fractions."""
         metrics: dict[str, float] = {}
         kw = dict(accelerator=self.accelerator)

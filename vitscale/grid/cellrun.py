@@ -7,12 +7,9 @@
 The cell's resolved config is the run folder's ``config.json`` (written at submission).
 An exclusive lock on ``<run>/.lock`` (held by the rank-0 process while it trains) makes
 sure two submissions racing for the same cell cannot both run it: the second one sees the
-lock and exits. A finished cell is never run again.
-
-Started by the local executor (``VITSCALE_PARENT_PID`` set), a process never outlives the
-grid that started it, however the grid ends (SIGKILL included): the kernel sends it
-SIGTERM when its parent dies (``PR_SET_PDEATHSIG``), so it checkpoints its cell and
-exits, quietly: an answer nobody reads is dropped, not reported with a traceback.
+lock and exits. A finished cell is never run again. Started by the local executor, a
+process never outlives the grid that started it (:func:`die_with_parent`) and then exits
+quietly: an answer nobody reads is dropped, not reported with a traceback.
 """
 
 from __future__ import annotations

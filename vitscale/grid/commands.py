@@ -7,22 +7,18 @@ import json
 import sys
 from pathlib import Path
 
-from ..catalog import parse
+from ..catalog import model_columns
 from .cost import cell_cost
 from .placement import Placement, apply_placements, place_grid
-from .plan import plan
+from .plan import plan, summary
 from .profile import Profile, load_profile
 from .spec import Grid, GridError, load_grid
 from .status import collect, format_table
 
 
 def _patch(name: str) -> str:
-    spec = parse(name)
-    if spec.family == "ViT":
-        return str(spec.patch)
-    if spec.family == "Hybrid":
-        return f"/{spec.downsample}"
-    return "-"
+    family, _, patch = model_columns(name)  # a hybrid's: its total downsampling
+    return "-" if patch is None else f"/{patch}" if family == "Hybrid" else str(patch)
 
 
 def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_json: bool) -> int:
@@ -214,7 +210,7 @@ def grid(
         from .local import DEFAULT_STOP_TIMEOUT, Interrupted, run_local
 
         planned = plan(g, runs_root)
-        _print_plan(planned)
+        print(summary(planned))
         try:
             codes = run_local(
                 planned,
@@ -234,13 +230,6 @@ def grid(
 
     code = slurm.submit(g, runs_root=runs_root, profile=profile)
     return slurm.wait(g, runs_root=runs_root) if wait and code == 0 else code
-
-
-def _print_plan(planned) -> None:
-    counts: dict[str, int] = {}
-    for p in planned:
-        counts[p.action] = counts.get(p.action, 0) + 1
-    print(", ".join(f"{n} {a}" for a, n in sorted(counts.items())))
 
 
 def status(paths: list[Path], *, shots: int, as_json: bool) -> int:

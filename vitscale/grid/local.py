@@ -8,20 +8,12 @@ evenly between the workers (``OMP_NUM_THREADS``), and so are the GPUs: worker ``
 only its own ``processes`` of them (``CUDA_VISIBLE_DEVICES``), so two cells never share
 ``cuda:0``.
 
-Interrupts (Ctrl-C, or SIGINT, SIGTERM or SIGHUP sent to the grid process): no further
-cell starts, every running cell is sent SIGTERM, checkpoints at its next step and stops,
-and the grid waits for them, saying so, for at most ``stop_timeout`` seconds (then, or at
-a second interrupt, the workers are killed: a cell then resumes from its last periodic
-checkpoint, since a checkpoint is published whole or not at all). The grid then raises
-:class:`Interrupted`, which the CLI turns into exit code 128 + the signal (130 for Ctrl-C,
-143 for SIGTERM). Running the same command again resumes the stopped cells and runs the
-rest. Workers live in sessions of their own (a terminal's Ctrl-C reaches the grid only,
-which stops them in order) and never outlive the grid, however it ends
-(:func:`vitscale.grid.cellrun.die_with_parent`).
-
-A worker that dies while the grid runs (killed, out of memory) fails its cell only: the
-reason goes into the cell's ``result.json`` (``vitscale status`` shows it), the next cell
-gets a fresh worker, and a rerun retries the cell from its last checkpoint.
+Interrupts and dying workers are handled as README's "What happens when..." table says:
+an interrupt stops the running cells gently (SIGTERM: they checkpoint), then at once after
+``stop_timeout`` or a second one, and raises :class:`Interrupted` (exit code 128 + the
+signal); a worker that dies fails its cell only. Workers live in sessions of their own (a
+terminal's Ctrl-C reaches the grid only, which stops them in order) and never outlive the
+grid, however it ends (:func:`vitscale.grid.cellrun.die_with_parent`).
 """
 
 from __future__ import annotations
@@ -43,16 +35,6 @@ from .. import record as rf
 from ..record import LOG
 from .cellrun import EXIT_OK, EXIT_PREEMPTED, PARENT_ENV
 from .plan import Planned, prepare
-
-__all__ = [
-    "LOG",
-    "DEFAULT_STOP_TIMEOUT",
-    "Interrupted",
-    "cell_command",
-    "run_local",
-    "visible_gpus",
-    "gpu_groups",
-]
 
 _CELLRUN = [sys.executable, "-m", "vitscale.grid.cellrun"]
 _SERVE = [*_CELLRUN, "--serve"]

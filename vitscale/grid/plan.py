@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,19 +21,19 @@ from .spec import Cell, Grid
 JOB_FILE = "job.json"  # the scheduler's id for the cell's latest submission
 FAILED_RESULT = "result.failed-{n}.json"
 
-ACTIONS = ("submit", "skip-done", "skip-running", "skip-queued", "skip-failed")
-
 
 @dataclass(frozen=True)
 class Planned:
     cell: Cell
     run_dir: Path
-    action: str
+    action: str  # submit, skip-done, skip-running, skip-queued or skip-failed
     note: str = ""
 
 
-def run_dir_for(runs_root: Path, grid: Grid, cell: Cell) -> Path:
-    return runs_root / grid.name / cell.id
+def summary(planned: list[Planned]) -> str:
+    """How many cells get each action, e.g. ``2 skip-done, 4 submit``."""
+    counts = Counter(p.action for p in planned)
+    return ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
 
 
 def failed_attempts(run_dir: Path) -> int:
@@ -43,7 +44,7 @@ def plan(grid: Grid, runs_root: Path, *, is_queued=lambda run_dir: False) -> lis
     """Decide each cell's action; ``is_queued(run_dir)`` asks the scheduler (SLURM)."""
     out = []
     for cell in grid.cells:
-        run_dir = run_dir_for(runs_root, grid, cell)
+        run_dir = runs_root / grid.name / cell.id
         result = run_dir / rf.RESULT
         status = None
         if result.is_file():

@@ -1,23 +1,7 @@
-"""Cluster profiles: small YAML files describing what a SLURM cluster can give.
-
-    # slurm/profiles/NAME.yaml
-    partition: gpu
-    account: my-lab            # optional
-    qos: normal                # optional
-    constraint: h100           # optional
-    gpus_per_node: 8           # 0 for CPU-only nodes
-    cpus_per_node: 96
-    mem_gb_per_node: 1000
-    max_nodes: 16
-    time_limit: "48:00:00"     # the partition's limit per job
-    sustained_tflops: 400      # per GPU (per node when CPU-only), for --dry-run estimates
-    gpu_mem_gb: 80             # per GPU: --dry-run fits micro-batches to it
-    array_parallelism: 32      # cells running at once
-    signal_delay_s: 120        # SIGUSR1 this long before the time limit: checkpoint, requeue
-    setup: ["module load cuda/12.4"]   # shell lines before each job
-
-A grid's ``resources`` (per family or model) ask for GPUs, nodes, time and memory; they
-are checked against the profile before anything is submitted.
+"""Cluster profiles: small YAML files describing what a SLURM cluster can give (their keys:
+docs/config.md, "Cluster profiles"). A grid's ``resources`` (per family or model) ask for
+GPUs, nodes, time and memory; they are checked against the profile before anything is
+submitted.
 """
 
 from __future__ import annotations

@@ -3,10 +3,8 @@
     vitscale grid FILE --executor slurm --profile slurm/profiles/NAME.yaml
 
 Submission
-    :func:`vitscale.grid.plan.plan` skips cells that are done, running, or queued (their
-    latest job, recorded in ``<run>/job.json``, is in a non-final SLURM state), so submitting
-    a grid again only submits what is missing. Each remaining cell's resources (the grid's
-    ``resources`` over the profile's defaults) become a :class:`Shape`; the cells of one
+    Of the cells :func:`vitscale.grid.plan.plan` submits (a cell's latest job is recorded
+    in ``<run>/job.json``), each one's resources become a :class:`Shape`; the cells of one
     shape go into one job array (a grid usually has one shape, hence one array), at most
     ``array_parallelism`` of them running at once.
 
@@ -44,7 +42,7 @@ from .. import record as rf
 from ..record import LOG
 from .cellrun import EXIT_OK, EXIT_PREEMPTED, is_done
 from .local import cell_command
-from .plan import JOB_FILE, Planned, plan, prepare
+from .plan import JOB_FILE, Planned, plan, prepare, summary
 from .profile import Profile, Shape, SlurmError, shape_for
 from .spec import Grid
 
@@ -327,10 +325,7 @@ def submit_cells(
 def submit(grid: Grid, *, runs_root: Path, profile: Profile) -> int:
     """Submit the grid's cells that are neither done, running nor queued; returns an exit code."""
     planned = plan(grid, runs_root, is_queued=is_queued)
-    counts: dict[str, int] = {}
-    for p in planned:
-        counts[p.action] = counts.get(p.action, 0) + 1
-    print(f"grid {grid.name!r}: " + ", ".join(f"{n} {a}" for a, n in sorted(counts.items())))
+    print(f"grid {grid.name!r}: {summary(planned)}")
     for p in planned:
         if p.action == "skip-failed":
             print(f"  {p.cell.id}: {p.note}; see {p.run_dir / rf.RESULT}")

@@ -1,34 +1,10 @@
-"""Grid files: a base config plus blocks of axes, expanded into cells with stable ids.
+"""Grid files (their format: docs/config.md, "Grid files"): a base config plus blocks of
+axes, expanded into cells with stable ids.
 
 A grid is a union of products, because axes apply to some families only (patch size to
-ViTs, width to BiT)::
-
-    name: fig4_data_requirements        # runs/<name>/<cell id>/
-    base:                               # any config keys (vitscale.config)
-      data: {dataset: "multilabel:/datasets/jft", image_size: 224}
-      train: {epochs: 7}
-    axes:                               # crossed with every block (optional)
-      data.subset: [9M, 30M, 90M, 303M]
-      seed: [0]
-    blocks:
-      - name: vit
-        axes:                           # a product
-          model.name: [ViT-b/32, ViT-B/32, ViT-L/32, ViT-L/16]
-      - name: bit
-        set: {optim.weight_decay: 0.1}  # fixed keys for this block
-        zip:                            # varied together, not crossed
-          model.name: [BiT-R50x1, BiT-R152x2]
-          optim.lr: [1.0e-3, 6.0e-4]
-    retries: 2                          # failed cells are rerun up to this many times
-    resources:                          # SLURM sizes, matched by model family or name
-      default: {gpus: 8, nodes: 1, time: "24:00:00", mem_gb: 400, cpus_per_gpu: 12}
-      ResNet: {gpus: 8}
-
-Every key is dotted (``model.name``) or nested; a cell is ``base`` <- grid axes <- block
-``set`` <- one point of the block's product and zip. Each cell is planned once by
-:func:`vitscale.plan.plan` (recipes included, checked against its dataset's size and its
-launch) and identified by its :func:`vitscale.config.cell_id`; identical cells collapse
-to one.
+ViTs, width to BiT). Each cell is planned once by :func:`vitscale.plan.plan` (recipes
+included, checked against its dataset's size and its launch) and identified by its
+:func:`vitscale.config.cell_id`; identical cells collapse to one.
 """
 
 from __future__ import annotations

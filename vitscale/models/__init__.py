@@ -3,24 +3,15 @@
 
 from __future__ import annotations
 
-__all__ = [
-    "create_model",
-    "load_pretrained",
-    "resize_pos_embed",
-]
+import importlib
+
+# Name -> submodule, loaded on first use (PEP 562), as in vitscale.data.
+_EXPORTS = {"create_model": "factory", "load_pretrained": "factory", "resize_pos_embed": "vit"}
+
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str):
-    if name == "create_model":
-        from .factory import create_model
-
-        return create_model
-    if name == "load_pretrained":
-        from .factory import load_pretrained
-
-        return load_pretrained
-    if name == "resize_pos_embed":
-        from .vit import resize_pos_embed
-
-        return resize_pos_embed
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -37,21 +37,12 @@ def create_model(
 ) -> nn.Module:
     """Build the model a registry name describes (see :mod:`vitscale.catalog`).
 
-    ``pool`` is ``"token"`` (class token, the paper's ViT default) or ``"gap"`` (global
-    average pooling); ``None`` picks the family's paper default: token for ViT and
-    hybrids, gap for BiT, which has no other. ``dropout`` applies to ViT encoders (paper
-    Table 3: 0.1 on ImageNet and ImageNet-21k, 0 on JFT); BiT uses none.
-
-    ``pre_logits`` is the pre-training head's hidden tanh layer (paper Sec. 3.1: "a MLP
-    with one hidden layer at pre-training time"); ``None`` picks the paper's default, on
-    for ViT and hybrids; ``False`` gives a linear pre-training head, as BiT has and as
-    big_vision's ViT defaults to (``rep_size=False``). Fine-tuning heads never have it.
-
-    ``pretrained``: a checkpoint file (or timm / Hugging Face model folder, or a state
-    dict) in any layout :func:`~vitscale.models.load_pretrained` reads. Every trunk weight
-    must match; the pre-logits layer follows the checkpoint; its classifier is kept when
-    it has ``num_classes`` outputs over the same features, else a fresh one is initialised
-    as the paper's (timm's convention for a new label set).
+    ``pool``, ``dropout``, ``pre_logits`` and ``pretrained`` mean what the ``model.*``
+    config keys of those names do (docs/config.md); a ``pool`` or ``pre_logits`` of ``None``
+    picks the family's paper default. A ``pretrained`` checkpoint (or state dict) must
+    match every trunk weight; the pre-logits layer follows the checkpoint; its classifier
+    is kept when it has ``num_classes`` outputs over the same features, else a fresh one is
+    initialised as the paper's (timm's convention for a new label set).
     """
     if pretrained is not None:
         return build_pretrained(
@@ -142,10 +133,8 @@ def build_pretrained(
     pool: str | None = None,
     dropout: float = 0.0,
 ) -> nn.Module:
-    """``create_model(name, ..., pretrained=source)``: the model asked for, with the
-    checkpoint's trunk; the classifier kept when it has ``num_classes`` outputs over the
-    same features (the pre-logits layer, if any, is kept by a pre-training head and
-    dropped by a fine-tuning head, paper Sec. 3.2), else freshly initialised."""
+    """``create_model(name, ..., pretrained=source)`` (see there); the pre-logits layer, if
+    any, is kept by a pre-training head and dropped by a fine-tuning head (paper Sec. 3.2)."""
     ckpt = source if isinstance(source, Checkpoint) else read_checkpoint(name, source)
     if pool is None and ckpt.pool is not None:
         pool = "token"  # as create_model without a checkpoint: the family's default, said
@@ -190,31 +179,22 @@ def load_pretrained(
     ckpt = read_checkpoint(name, source)
     if image_size is None:
         image_size = ckpt.image_size or 224
-    if head == "drop":
-        if num_classes is None:
-            raise ValueError("head='drop' starts a new classifier: give num_classes")
-        return _build(
-            ckpt,
-            num_classes=num_classes,
-            image_size=image_size,
-            head="finetune",
-            pool=pool,
-            dropout=dropout,
-            keep_classifier=False,
-        )
-    if ckpt.num_classes is None:
+    keep = head == "keep"
+    if not keep and num_classes is None:
+        raise ValueError("head='drop' starts a new classifier: give num_classes")
+    if keep and ckpt.num_classes is None:
         raise PretrainedError(
             f"{ckpt.source} has no classifier to keep; load it with head='drop' and num_classes"
         )
-    if num_classes is not None and num_classes != ckpt.num_classes:
+    if keep and num_classes is not None and num_classes != ckpt.num_classes:
         w = ckpt.state["head.classifier.weight"]
         raise shape_error(ckpt, "head.classifier.weight", w.shape, (num_classes, w.shape[1]))
     return _build(
         ckpt,
-        num_classes=ckpt.num_classes,
+        num_classes=ckpt.num_classes if keep else num_classes,
         image_size=image_size,
-        head="pretrain",
+        head="pretrain" if keep else "finetune",
         pool=pool,
         dropout=dropout,
-        keep_classifier=True,
+        keep_classifier=keep,
     )

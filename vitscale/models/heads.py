@@ -1,12 +1,10 @@
-"""Classification heads for pre-training and fine-tuning (paper Sec. 3.1 and 3.2).
+"""Classification heads for pre-training and fine-tuning (paper Sec. 3.1 and 3.2;
+docs/protocol.md, "Models").
 
-Pre-training: a "pre-logits" dense layer of width D with tanh (ViT only; BiT has none),
-then a linear classifier with a zero kernel and bias -10. With the sigmoid loss the paper
-uses for its multi-label sets, bias -10 starts every class at p = 4.5e-5, near the prior
-of a label among thousands, so the first steps do not spend themselves pushing every
-logit down; with softmax the constant bias changes nothing.
-
-Fine-tuning: both are dropped and one zero-initialised linear layer is added.
+The pre-training classifier's bias starts at -10: with the sigmoid loss the paper uses for
+its multi-label sets, every class then starts at p = 4.5e-5, near the prior of a label
+among thousands, so the first steps do not spend themselves pushing every logit down;
+with softmax the constant bias changes nothing.
 """
 
 from __future__ import annotations

@@ -32,10 +32,6 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["LAYOUTS", "Converted", "LayoutError", "detect", "to_vitscale", "from_vitscale"]
-
-LAYOUTS = ("vitscale", "timm", "hf", "vit_jax", "big_vision", "big_transfer")
-
 
 class LayoutError(ValueError):
     """Weights that no known layout of the model's family explains."""

@@ -1,10 +1,8 @@
 """Published checkpoints read into our layout, and loaded into a model built for them
 (:func:`vitscale.models.load_pretrained` and ``create_model(pretrained=)`` build it).
 
-Reads timm and Hugging Face state dicts (``.pth``, ``.pt``, ``.bin``, ``.safetensors``,
-or a timm / Hugging Face model folder holding one), the official ``.npz`` files of
-google-research/vision_transformer, big_vision and big_transfer, and our own run
-checkpoints and exports; :mod:`vitscale.models.layouts` maps each layout onto our names.
+Reads the files ``model.pretrained`` takes (docs/config.md); :mod:`vitscale.models.layouts`
+maps each layout onto our names.
 
 Safety: nothing from a file is ever executed. PyTorch pickles load with
 ``torch.load(weights_only=True)`` (tensors and plain containers only), ``.npz`` with
@@ -32,16 +30,6 @@ from torch import nn
 
 from ..catalog import HybridSpec, ViTSpec, parse
 from .layouts import LayoutError, to_vitscale
-
-__all__ = [
-    "PretrainedError",
-    "Checkpoint",
-    "read_weights",
-    "read_checkpoint",
-    "pool_for",
-    "load_into",
-    "shape_error",
-]
 
 log = logging.getLogger(__name__)
 

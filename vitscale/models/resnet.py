@@ -39,8 +39,6 @@ from torch import nn
 from ..catalog import ResNetSpec, same_padding
 from .heads import Head
 
-__all__ = ["StdConv2d", "SameStdConv2d", "ResNetV2", "ResNetTrunk"]
-
 GN_GROUPS = 32
 BIT_WS_EPS = 1e-10  # big_transfer: inside the square root, with the variance
 BIT_GN_EPS = 1e-5

@@ -28,8 +28,6 @@ from torch import nn
 
 from .heads import Head
 
-__all__ = ["VisionTransformer", "Attention", "reference_attention", "resize_pos_embed"]
-
 LN_EPS = 1e-6  # flax.linen.LayerNorm's default, as in the official code
 
 

@@ -1,14 +1,9 @@
 """The run record: what a cell leaves behind, the only interface between training and
 analysis (docs/design.md, "The run folder").
 
-- :mod:`.folder`: the run folder's files and their atomic writes, metrics rows, checkpoints;
-- :mod:`.keys`: metric names;
-- :mod:`.result`: :class:`RunResult`, ``result.json`` and its W&B-summary form;
-- :mod:`.cells`: run folders -> one tidy pandas frame (imported on its own: pandas);
-- :mod:`.wandb`: the same frame from W&B runs, online or offline, and the names a cell's
-  W&B run is given.
-
-``from vitscale import record as rf`` gives the first three without pandas or torch.
+``from vitscale import record as rf`` gives :mod:`.folder`, :mod:`.keys` and
+:mod:`.result` without pandas or torch; :mod:`.cells` (run folders -> one pandas frame)
+and :mod:`.wandb` (the same from W&B runs) are imported on their own.
 """
 
 from .folder import *  # noqa: F403

@@ -1,14 +1,13 @@
 """Run folders -> one tidy pandas DataFrame (one row per cell), and per-step histories.
 
-The one reader of run folders (:mod:`vitscale.record.folder`, docs/design.md "The run
-folder"): ``analysis`` draws from the frames built here and ``vitscale status`` reuses
-:func:`cell_state`; the W&B loaders (:mod:`vitscale.record.wandb`) build their rows with
-:func:`cell_record` too. It imports no torch, so results can be studied on a laptop.
+The one reader of run folders (docs/design.md, "The run folder"); the W&B loaders build
+their rows with :func:`cell_record` too. It imports no torch, so results can be studied on
+a laptop.
 
 Columns of the cells frame (:data:`BASE_COLUMNS` first, then metrics, then config):
 
 - identity: ``source`` ("runs", "wandb" or "paper"), ``path``, ``cell_id``, ``grid``,
-  ``status`` (:data:`STATUSES`), ``error``;
+  ``status`` (done, failed, running, pending), ``error``;
 - model, decoded from its name (:func:`vitscale.catalog.model_columns`): ``model``, ``family``
   ("ViT", "ResNet", "Hybrid"), ``size`` ("B", "L" ... for ViTs and hybrids, "R50x1" ... for
   ResNets), ``patch`` (ViT patch size; a hybrid's total downsampling, the number after its
@@ -56,33 +55,10 @@ from .. import record as rf
 from ..catalog import model_columns
 from .result import RESULT_STATUSES, RunResult
 
-__all__ = [
-    "STATUS_RUNNING",
-    "STATUS_PENDING",
-    "STATUSES",
-    "BASE_COLUMNS",
-    "HISTORY_COLUMNS",
-    "CONFIG_PREFIX",
-    "Problem",
-    "RunFolderError",
-    "CellState",
-    "find_run_folders",
-    "cell_status",
-    "cell_state",
-    "cell_record",
-    "records_to_frame",
-    "load_runs",
-    "load_history",
-    "history_frame",
-    "to_percent",
-    "metric_columns",
-]
-
-# Statuses of a cell that has no result.json yet. "done" and "failed" are the trainer's
-# (vitscale.runfolder); the SLURM layer may refine "running" (queued, lost ...).
+# Statuses of a cell that has no result.json yet ("done" and "failed" are result.json's);
+# the SLURM layer may refine "running" (queued, lost ...).
 STATUS_RUNNING = "running"
 STATUS_PENDING = "pending"
-STATUSES = (*RESULT_STATUSES, STATUS_RUNNING, STATUS_PENDING)
 
 CONFIG_PREFIX = "config."
 
@@ -150,9 +126,6 @@ class CellState:
     best: dict[str, float] = field(default_factory=dict)
 
 
-# --------------------------------------------------------------------------- units
-
-
 def to_percent(key: str, value: Any) -> Any:
     """Fraction -> percent for accuracy metrics (runfolder.is_accuracy); others unchanged."""
     if value is None or isinstance(value, bool) or not isinstance(value, int | float):
@@ -206,14 +179,10 @@ def _find(paths) -> tuple[list[tuple[Path, set[str]]], list[Problem]]:
         if (len(found), len(problems)) == before:
             problems.append(Problem(str(p), f"no run folders (directories with {rf.CONFIG})"))
     # Same folder named twice (a grid and its parent): read it once.
-    seen: set[str] = set()
-    unique = []
+    unique: dict[str, tuple[Path, set[str]]] = {}
     for path, names in found:
-        key = os.path.abspath(path)
-        if key not in seen:
-            seen.add(key)
-            unique.append((path, names))
-    return unique, problems
+        unique.setdefault(os.path.abspath(path), (path, names))
+    return list(unique.values()), problems
 
 
 _MAX_DEPTH = 2  # runs/ -> <grid>/ -> <cell>/
@@ -281,22 +250,14 @@ def _last_metrics_row(path: Path) -> dict | None:
         return None
 
 
-def _status(names: set[str]) -> str:
-    if rf.RESULT in names:
-        return ""  # read from result.json
-    return STATUS_RUNNING if rf.METRICS in names else STATUS_PENDING
-
-
 def cell_status(run_dir: str | os.PathLike) -> str:
-    """done / failed (from result.json), running (metrics.jsonl, no result), pending.
-
-    Raises :class:`RunFolderError` for a folder without config.json or a malformed result.
-    """
+    """done / failed (from result.json), running (metrics.jsonl, no result), pending."""
     return cell_state(run_dir, scan_metrics=False).status
 
 
 def cell_state(run_dir: str | os.PathLike, *, scan_metrics: bool = True) -> CellState:
-    """Status, last step and best accuracies of one cell (see :class:`CellState`).
+    """Status, last step and best accuracies of one cell (see :class:`CellState`). Raises
+    :class:`RunFolderError` for a folder without config.json or a malformed result.
 
     ``scan_metrics`` reads a running cell's whole metrics.jsonl for its best accuracies;
     without it only the last row is read (for ``last_step``).
@@ -432,12 +393,13 @@ def _read_cell(path: Path, names: set[str]) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise RunFolderError(path, f"{rf.CONFIG} is not a JSON object")
     result = last = None
-    status = _status(names)
-    if not status:
+    if rf.RESULT in names:
         result = _read_result(path)
         status = result.status
-    elif status == STATUS_RUNNING:
-        last = _last_metrics_row(path / rf.METRICS)
+    elif rf.METRICS in names:
+        status, last = STATUS_RUNNING, _last_metrics_row(path / rf.METRICS)
+    else:
+        status = STATUS_PENDING
     if _get(config, "model", "name") is None and not (result and result.model):
         raise RunFolderError(path, f"{rf.CONFIG} has no model.name")
     try:

@@ -1,17 +1,5 @@
-"""The run folder on disk: file names, atomic writes, metrics rows, checkpoints.
-
-A run folder ``runs/<grid>/<cell-id>/`` holds (docs/design.md, "The run folder"):
-
-- ``config.json``: the resolved config, written before training starts;
-- ``metrics.jsonl``: one JSON object per logged step (rank 0 only), always with ``step``,
-  ``examples_seen``, ``train/loss``, ``lr``, ``compute/exaflops``; evaluation rows add
-  ``fewshot/<dataset>/<k>shot`` (mean over sampling seeds), ``upstream/top1`` ...
-  (metric names: :mod:`vitscale.record.keys`);
-- ``result.json``: written last and atomically (:class:`vitscale.record.result.RunResult`);
-- ``checkpoints/``: the latest complete training state.
-
-Imports no torch.
-"""
+"""The run folder on disk (docs/design.md, "The run folder"): file names, atomic writes,
+metrics rows, checkpoints. Imports no torch."""
 
 from __future__ import annotations
 
@@ -34,13 +22,13 @@ __all__ = [
     "CHECKPOINT_PREFIX",
     "CHECKPOINT_STATE",
     "write_json_atomic",
+    "write_text_atomic",
     "write_json_if_changed",
     "read_json",
     "parse_row",
     "iter_metrics",
     "checkpoint_step",
     "complete_checkpoints",
-    "is_run_folder",
 ]
 
 CONFIG = "config.json"
@@ -59,8 +47,12 @@ def _dumps(obj: Any) -> str:
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     """Write JSON so that readers see the old file or the new one, never half of one."""
+    write_text_atomic(path, _dumps(obj))
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` through a flushed temporary file and one rename (as JSON above)."""
     path = Path(path)
-    text = _dumps(obj)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as fh:
@@ -139,7 +131,3 @@ def complete_checkpoints(directory: str | os.PathLike) -> list[Path]:
         and (p / CHECKPOINT_STATE).is_file()
     ]
     return sorted(found, key=checkpoint_step)
-
-
-def is_run_folder(path: str | os.PathLike) -> bool:
-    return (Path(path) / CONFIG).is_file()

@@ -1,8 +1,6 @@
 """Metric names: one spelling for the trainer's rows, result.json, the W&B run and the
-analysis frames.
-
-Accuracies are fractions in [0, 1] in run files and W&B; the analysis frames show
-percentages, the paper's unit (:func:`vitscale.record.cells.to_percent`).
+analysis frames (accuracies are fractions there, percentages in the analysis frames:
+:func:`vitscale.record.cells.to_percent`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""``result.json``: one type for a cell's outcome, in every form it takes.
-
-The trainer builds a :class:`RunResult` when a run ends (done or failed), a grid worker
-builds one for a cell whose process died (:meth:`RunResult.failure`); the record is
-written once, atomically, as ``result.json`` (:meth:`RunResult.to_json`), mirrored into
-the cell's W&B run summary (:meth:`RunResult.to_summary`), and read back from either
-(:meth:`RunResult.from_json`, :meth:`RunResult.from_summary`) by ``vitscale status``,
-the analysis frames and the W&B loaders. A field added here is carried everywhere.
+"""``result.json`` (docs/design.md, "The run folder"): one type for a cell's outcome, in
+every form it takes: built by the trainer, or by a grid worker for a cell whose process
+died (:meth:`RunResult.failure`), mirrored into the W&B summary and read back from either.
+A field added here is carried everywhere.
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
 """A cell's W&B run as the record's mirror: connecting to the server, the names a run is
 given, and the W&B mode a run uses.
 
-One W&B run per cell (docs/design.md, "W&B"): run id = cell id, group = grid name, config =
-the resolved config, history = the metrics.jsonl rows, summary = result.json
-(:meth:`vitscale.record.result.RunResult.to_summary`) plus, from the start of the run,
-the model's :func:`identity` for the run table.
+One W&B run per cell (docs/design.md, "The run folder"); its summary also holds, from
+the start of the run, the model's :func:`identity` for the run table.
 
-Reading from a server goes through :func:`open_api` / :func:`open_project`, which check,
-in order, that
-
-1. an API key is configured for the server (``WANDB_API_KEY``, ``wandb login``'s netrc),
-   without ever prompting for one;
-2. the server answers at all (a TCP connection to ``WANDB_BASE_URL`` or api.wandb.ai,
-   unless a proxy is configured): "no network" is told apart from "bad key";
-3. the server accepts the key;
-4. the entity and project exist and the key can see them;
-5. (when asked) the grid's group has runs.
-
-Each failure is a :class:`WandbError`: one line, the key itself never in it
-(:func:`redact`). ``wandb`` itself is imported only inside the functions that call it.
+Reading from a server goes through :func:`open_api` / :func:`open_project`, which check
+in turn the key (never prompting for one), the network (so that "no network" is told apart
+from "bad key"), the key's acceptance, the project and, asked, the grid's runs. Each
+failure is a :class:`WandbError`: one line, the key itself never in it (:func:`redact`).
+``wandb`` itself is imported only inside the functions that call it.
 """
 
 from __future__ import annotations
@@ -34,23 +24,6 @@ from urllib.parse import urlparse
 
 from ..catalog import model_columns
 from ..errors import UserError
-
-__all__ = [
-    "WandbError",
-    "DEFAULT_BASE_URL",
-    "IDENTITY",
-    "base_url",
-    "redact",
-    "has_api_key",
-    "wandb_mode",
-    "check_reachable",
-    "open_api",
-    "open_project",
-    "translated_errors",
-    "graphql",
-    "identity",
-    "run_name",
-]
 
 IDENTITY = ("family", "size", "patch")  # summary keys set when the run starts
 
@@ -246,8 +219,7 @@ def identity(model: str) -> dict[str, Any]:
     """``family``, ``size`` and ``patch`` of a model name, as the analysis frames have them
     (:func:`vitscale.catalog.model_columns`); ``patch`` only where the model has one: the
     summary keys a cell's W&B run holds from its start, for the run table."""
-    family, size, patch = model_columns(model)
-    return {k: v for k, v in zip(IDENTITY, (family, size, patch), strict=True) if v is not None}
+    return {k: v for k, v in zip(IDENTITY, model_columns(model), strict=True) if v is not None}
 
 
 def run_name(config: Mapping[str, Any], cell_id: str) -> str:

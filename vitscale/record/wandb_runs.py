@@ -37,8 +37,6 @@ from .cells import (
 from .keys import EXAFLOPS, EXAMPLES_SEEN, STEP
 from .result import STATUS_DONE, STATUS_FAILED, RunResult
 
-__all__ = ["load_wandb", "load_wandb_history", "load_wandb_offline", "run_state_status"]
-
 # W&B run states -> cell statuses, for runs whose summary has no "status" yet.
 _STATES = {
     "finished": STATUS_DONE,
@@ -65,7 +63,7 @@ def _public(mapping: Mapping) -> dict[str, Any]:
     return {k: v for k, v in mapping.items() if not str(k).startswith("_")}
 
 
-def _row(run_id, group, config, summary, state, *, source: str, path: str) -> dict[str, Any]:
+def _row(run_id, group, config, summary, state, *, path: str) -> dict[str, Any]:
     config = _public(config)
     summary = _public(summary)
     status = run_state_status(summary, state)
@@ -73,7 +71,7 @@ def _row(run_id, group, config, summary, state, *, source: str, path: str) -> di
     if status in (STATUS_DONE, STATUS_FAILED):  # a crashed run's summary may say no status
         result = RunResult.from_summary(summary | {"status": status})
     return cell_record(
-        config, result, status=status, source=source, path=path, grid=group, cell_id=run_id
+        config, result, status=status, source="wandb", path=path, grid=group, cell_id=run_id
     )
 
 
@@ -107,7 +105,6 @@ def load_wandb(
                     dict(run.config),
                     dict(run.summary_metrics),
                     getattr(run, "state", None),
-                    source="wandb",
                     path=where,
                 )
             )
@@ -132,14 +129,11 @@ def load_wandb_history(
     for run in _runs(project, group, entity, api):
         if run.id not in ident.index:
             continue
-        tag = _history_tag(ident.loc[run.id], run.id)
+        cell = ident.loc[run.id]
+        tag = {"cell_id": run.id} | {c: cell.get(c) for c in HISTORY_COLUMNS if c != "cell_id"}
         for item in run.scan_history(keys=keys):
             rows.append(tag | _public(item))
     return history_frame(rows)
-
-
-def _history_tag(cell: pd.Series, cell_id: str) -> dict[str, Any]:
-    return {"cell_id": cell_id} | {c: cell.get(c) for c in HISTORY_COLUMNS if c != "cell_id"}
 
 
 # --------------------------------------------------------------------------- offline
@@ -203,7 +197,6 @@ def load_wandb_offline(
                 summary.get("config") or {},
                 summary.get("summary") or {},
                 state,
-                source="wandb",
                 path=str(run_file),
             )
         except ValueError as e:

@@ -1,18 +1,11 @@
-"""Fine-tuning transfer (paper Sec. 3.2, App. B.1.1; docs/protocol.md "Transfer").
-
-SGD with momentum 0.9, batch 512, cosine decay, no weight decay, gradient clipping at
-global norm 1; the pre-training head is dropped and one zero-initialised linear layer
-added; at a higher resolution the position embeddings are resized (the model's
-state-dict hook does it). The learning rate is chosen from a grid by training on the
-train split minus a held-out slice and scoring on that slice; the run is then repeated
-on the full train split with the chosen rate and scored on the test split.
+"""Fine-tuning transfer: the recipe is docs/protocol.md, "Transfer" (paper Sec. 3.2,
+App. B.1.1); the model's state-dict hook resizes the position embeddings.
 
 Every (dataset, stage, learning rate) is one fine-tune. Its batch of 512 is split into
 micro-batches where the memory asks for it (``eval.finetune.micro_batch_size``,
-gradient accumulation): the step is pre-training's (:class:`vitscale.train.step.Step`). Each prepared model is released when it is done, so 25
-fine-tunes hold no more memory than one. Within a run, a :class:`Progress` keeps each
-finished fine-tune's score, and at a preemption signal checkpoints the one running and
-stops it, so a requeued run resumes fine-tuning where it was.
+gradient accumulation): the step is pre-training's (:class:`vitscale.train.step.Step`).
+Each prepared model is released when it is done, so 25 fine-tunes hold no more memory
+than one. Within a run, a :class:`Progress` (:mod:`.finetune_progress`) makes them resumable.
 """
 
 from __future__ import annotations
@@ -27,7 +20,7 @@ from ..data import build_dataset, build_loader, finetune_splits
 from ..data.registry import finetune_recipe
 from ..evals.features import evaluation_sample, run_model
 from ..models import create_model
-from .optim import lr_factor
+from .optim import build_schedule
 from .runtime import prepared
 from .speed import finetune_micro_batch_for
 from .step import Step
@@ -180,11 +173,8 @@ def _sgd(model: torch.nn.Module, *, lr: float, steps: int):
     """SGD with momentum, no weight decay, a short linear warm-up then cosine decay to 0."""
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM, weight_decay=0.0)
     warmup = int(WARMUP_FRACTION * steps)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda s: lr_factor(
-            s, total_steps=steps, warmup_steps=warmup, schedule="cosine", base_lr=lr, end_lr=0.0
-        ),
+    schedule = build_schedule(
+        optimizer, total_steps=steps, warmup_steps=warmup, schedule="cosine", end_lr=0.0
     )
     return optimizer, schedule
 

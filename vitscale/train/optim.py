@@ -1,9 +1,7 @@
-"""Optimiser and learning-rate schedules (paper Table 3, Appendix B.1).
-
-Adam(0.9, 0.999) with weight decay decoupled from the gradient and multiplied by the
-learning rate: torch's AdamW. docs/protocol.md: coupled L2 inside Adam stalls training. As in
-the authors' code, decay applies to the kernels of dense and convolution layers only,
-not to biases, norms, the class token or position embeddings.
+"""Optimiser and learning-rate schedules (paper Table 3, Appendix B.1; docs/protocol.md,
+"Pre-training"): torch's AdamW, weight decay decoupled from the gradient. As in the authors'
+code, decay applies to the kernels of dense and convolution layers only, not to biases,
+norms, the class token or position embeddings.
 
 Schedules: linear warm-up, then linear decay to ``end_lr`` (pre-training) or cosine
 decay (ImageNet pre-training, fine-tuning).

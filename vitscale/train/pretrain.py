@@ -1,22 +1,14 @@
-"""Pre-train one cell, measure its transfer, write its run folder. Read top to bottom.
-
-    train(plan, workdir) -> RunResult (also written to <workdir>/result.json)
-
-``plan`` is :func:`vitscale.plan.plan`'s (a config is planned on the way in).
-
-The protocol (paper Sec. 4.1-4.3; docs/protocol.md), :func:`_train`:
+"""Pre-train one cell, measure its transfer, write its run folder (docs/design.md, "How a
+cell runs"). Read top to bottom: ``train(plan, workdir) -> RunResult`` (also written to
+``<workdir>/result.json``), whose steps :func:`_train` numbers:
 
 0. Stop signals are handled from the start (before loader workers fork).
-1. Set up (:func:`vitscale.train.run.setup`): the launch, the pre-training subset, the
-   model, its optimiser and compute per example, config.json.
+1. Set up (:func:`vitscale.train.run.setup`).
 2. Resume from the latest complete checkpoint if the run folder has one.
-3. Pre-train (:func:`pretrain`): each step is :class:`vitscale.train.step.Step`; a stop
-   signal (SIGUSR1/SIGTERM/SIGINT) checkpoints at the next step (agreed on the CPU). The
-   host waits for the device only at sync steps (log, evaluation, checkpoint, stop and
-   last steps): there it logs, stops on a non-finite loss (recording the first bad step),
-   evaluates few-shot transfer and checkpoints.
-4. Transfer (:func:`transfer`): the final evaluation and fine-tuning (resumable:
-   :mod:`.finetune_progress`).
+3. Pre-train (:func:`pretrain`): at sync steps only (log, evaluation, checkpoint, stop and
+   last steps) the host waits for the device, stops on a non-finite loss, evaluates and
+   checkpoints.
+4. Transfer (:func:`transfer`): the final evaluation and fine-tuning.
 5. ``result.json``, written last, atomically.
 """
 
@@ -38,8 +30,6 @@ from .finetune_progress import FinetuneProgress
 from .run import Run, setup
 from .runtime import mfu, peak_flops
 from .signals import Preempted, PreemptionFlag
-
-__all__ = ["train", "TrainingFailed"]
 
 
 class TrainingFailed(RuntimeError):

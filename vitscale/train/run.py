@@ -1,10 +1,5 @@
-"""One cell's run: everything pre-training and its transfer evaluation share.
-
-:func:`setup` builds it (the launch, the pre-training subset, the model, its optimiser and
-compute per example, the run folder's config.json); :meth:`Run.resume` restores the
-latest complete checkpoint, if any; :meth:`Run.open` starts the metrics file, the
-evaluator and the example stream at the resumed step; :meth:`Run.finish` writes
-``result.json`` last. :mod:`vitscale.train.pretrain` drives it through the protocol.
+"""One cell's run (:class:`Run`): everything pre-training and its transfer evaluation share,
+built by :func:`setup`; :mod:`vitscale.train.pretrain` drives it through the protocol.
 """
 
 from __future__ import annotations
@@ -35,8 +30,6 @@ from .speed import channels_last_for, compile_model, micro_batch_for, num_worker
 from .step import Step
 from .timing import Stopwatch
 from .tracking import Tracker
-
-__all__ = ["Run", "setup"]
 
 
 def _fresh_progress() -> dict[str, Any]:
@@ -120,8 +113,6 @@ class Run:
             "elapsed_s": self.progress["elapsed_s"] + time.time() - self.started,
             "time_s": dict(self.watch.totals),
         }
-
-    # --------------------------------------------------------------- resume
 
     def resume(self) -> None:
         """Restore the newest checkpoint that reads back whole (a corrupted latest falls
@@ -208,7 +199,7 @@ class Run:
 
     def evaluate(self) -> dict[str, float]:
         """Few-shot and upstream accuracies now; the best of each so far is kept."""
-        metrics = self.evaluator.run(self.unwrapped, step=self.step)
+        metrics = self.evaluator.run(self.unwrapped)
         best = self.progress["best"]
         for key, value in metrics.items():
             if rf.is_accuracy(key) and value > best.get(key, float("-inf")):
@@ -275,9 +266,6 @@ class Run:
                 checkpoint.prune(self.run_dir / rf.CHECKPOINTS, keep=1)
         self.tracker.close(failed=failed)
         return result
-
-
-# ------------------------------------------------------------------- setup
 
 
 def setup(config: dict | Config | Plan, run_dir: Path, preemption: PreemptionFlag) -> Run:

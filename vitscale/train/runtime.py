@@ -9,10 +9,6 @@ Precision ``auto`` is bf16 where the hardware runs it fast (CUDA GPUs with bf16 
 CPUs with AVX512-BF16 or AMX units, measured 1.2-1.8x faster than fp32 for the demo
 models), fp32 elsewhere. What stays fp32 on a GPU (matmuls outside autocast, fp32 runs)
 may use TF32 tensor cores.
-
-The process group's timeout is sized for the longest collective wait of a run: the other
-ranks wait at a barrier while rank 0 alone writes a checkpoint (weights and optimiser
-state, 16 bytes per parameter under AdamW) to a shared file system.
 """
 
 from __future__ import annotations
@@ -67,8 +63,9 @@ def resolve_precision(precision: str) -> str:
 
 
 def process_group_timeout(params: int) -> dt.timedelta:
-    """Long enough for rank 0 to write a checkpoint of a ``params``-parameter model while
-    the other ranks wait (twice the time at :data:`CHECKPOINT_WRITE_BYTES_PER_S`)."""
+    """Long enough for rank 0 to write a checkpoint (16 bytes per parameter under AdamW)
+    while the other ranks wait at a barrier: twice the time it takes at
+    :data:`CHECKPOINT_WRITE_BYTES_PER_S`, the longest collective wait of a run."""
     write_s = 16 * params / CHECKPOINT_WRITE_BYTES_PER_S
     return dt.timedelta(seconds=max(MIN_TIMEOUT_S, 2 * write_s))
 

@@ -1,17 +1,10 @@
-"""Choices that make a run fast on its hardware without changing what it computes.
-
-Each is a config key whose ``null`` means "what suits this machine":
-
-- ``data.num_workers``: on a GPU, loader workers render or decode beside the step (the
-  synthetic renderer is about 1k images/s per thread at 224 px, a third of what one H100
-  trains ViT-B/16 on); on a CPU the cores train, and workers would take them away.
-- ``train.micro_batch_size``: on a GPU, the largest micro-batch whose step fits its
-  memory (:mod:`vitscale.memory`); on a CPU the whole per-process batch. Fine-tuning's
-  ``eval.finetune.micro_batch_size`` likewise, at its resolution, beside the kept model.
-- ``train.channels_last``: on a GPU for ResNets and hybrids, whose convolutions cuDNN
-  runs fastest on NHWC bf16 tensors; ViTs have a single (patch) convolution.
-- ``train.compile``: ``torch.compile`` of the training model, off unless asked (minutes
-  of compilation per cell, and each new shape compiles again).
+"""Choices that make a run fast on its hardware without changing what it computes: the
+``null`` values of ``data.num_workers``, ``train.micro_batch_size`` (and fine-tuning's),
+``train.channels_last`` and ``train.compile`` (what each picks: docs/config.md). Why:
+the synthetic renderer draws about 1k images/s per thread at 224 px, a third of what one
+H100 trains ViT-B/16 on, so on a GPU loader workers render beside the step (on a CPU the
+cores train); cuDNN runs ResNets' and hybrids' convolutions fastest on NHWC bf16 tensors
+(ViTs have one, the patch embedding); compiling costs minutes per cell and each new shape.
 """
 
 from __future__ import annotations

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Step", "loss_fn"]
-
 
 def loss_fn(
     logits: torch.Tensor, targets: torch.Tensor, *, kind: str, label_smoothing: float = 0.0

@@ -1,13 +1,8 @@
-"""Metric logging: ``metrics.jsonl`` in the run folder, mirrored to W&B.
-
-The file is the record; W&B is a mirror. Only rank 0 logs. One W&B run per cell with
-run id = cell id, so a requeued job continues the same run (``resume="allow"``);
-group = grid name; config = the resolved config; the same metric names as the file;
-``examples_seen`` and ``compute/exaflops`` are declared as metrics other charts can use as
-their x-axis. With no API key (or ``mode: offline``) W&B writes offline files under
-``<run>/wandb/`` (``WANDB_DIR`` overrides) that ``wandb sync`` uploads later. Any W&B
-error is reported once and W&B is switched off: it never stops training. API keys are
-never written anywhere by this module.
+"""Metric logging: ``metrics.jsonl`` in the run folder, mirrored to W&B (docs/design.md,
+"The run folder"). Only rank 0 logs. ``examples_seen`` and ``compute/exaflops`` are
+declared as metrics other charts can use as their x-axis. Offline files go under
+``<run>/wandb/`` (``WANDB_DIR`` overrides). Any W&B error is reported once and W&B is
+switched off: it never stops training. API keys are never written anywhere by this module.
 """
 
 from __future__ import annotations
@@ -23,8 +18,6 @@ from typing import Any
 from .. import record as rf
 from ..errors import DiskFullError, disk_full_message, is_disk_full
 from ..record.wandb import identity, run_name, wandb_mode
-
-__all__ = ["Tracker"]
 
 
 def _finite_or_none(value: Any) -> Any:
@@ -72,7 +65,6 @@ class Tracker:
         try:
             import wandb
 
-            spec_tags = _tags(config)
             self._wandb = wandb.init(
                 project=wcfg["project"],
                 entity=wcfg["entity"],
@@ -81,7 +73,7 @@ class Tracker:
                 resume="allow",
                 group=config.get("grid") or "adhoc",
                 job_type=f"pretrain-{config['data']['dataset']}",
-                tags=[*spec_tags, *wcfg["tags"]],
+                tags=[*_tags(config), *wcfg["tags"]],
                 config=config,
                 dir=os.environ.get("WANDB_DIR") or str(self.run_dir),
                 mode=mode,

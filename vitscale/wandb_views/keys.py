@@ -1,11 +1,6 @@
-"""The keys a built view names, checked against what a cell's W&B run holds.
-
-A cell's W&B run (:class:`vitscale.train.tracking.Tracker`) holds the ``metrics.jsonl``
-rows as history, the resolved config as config, and as summary the run's
-:class:`~vitscale.record.result.RunResult` (:meth:`~vitscale.record.result.RunResult.to_summary`:
-``best/<metric>``, ``final/<metric>``, ``finetune/<dataset>/top1``,
-``pretrain_exaflops``, ``device_hours``, ``restarts`` ...) and, from the start of the
-run, the model's identity (:data:`vitscale.record.wandb.IDENTITY`).
+"""The keys a built view names, checked against what a cell's W&B run holds (docs/design.md,
+"The run folder"; from the start of the run also the model's identity,
+:data:`vitscale.record.wandb.IDENTITY`).
 
 :func:`spec_keys` reads back every history, summary and config key a workspace or report
 spec (the JSON that is sent to W&B) refers to, so tests check them against what a real
@@ -20,8 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..record import BEST
-
-__all__ = ["EXAFLOPS", "DEVICE_HOURS", "RESTARTS", "STATUS", "best", "SpecKeys", "spec_keys"]
 
 # Summary keys the views show: RunResult's field names.
 EXAFLOPS = "pretrain_exaflops"  # total pre-training compute, paper convention (Fig. 5's x)

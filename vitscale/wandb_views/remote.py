@@ -11,9 +11,6 @@ import hashlib
 
 from ..record.wandb import graphql, translated_errors
 
-__all__ = ["view_name", "save_workspace", "publish_report"]
-
-
 # --------------------------------------------------------------------------- workspace
 
 _VIEW = """

@@ -1,13 +1,5 @@
-"""The W&B report of a finished (or partly finished) grid.
-
-What it holds, all computed locally from the run folders before anything is sent:
-
-- the ``vitscale summary`` verdict, as text (:func:`analysis.summary.summarise`);
-- the ``vitscale figures`` PNGs (Figs. 4 and 5, Table 6's compute figure, curves),
-  drawn by the same code;
-- Table 6, ours beside the paper's, as a W&B Table and as markdown;
-- Figs. 4 and 5 again as live panels over the grid's runs (the workspace's panels);
-- the grid file and the vitscale version.
+"""The W&B report of a finished (or partly finished) grid: what ``vitscale wandb report
+--help`` lists, all computed locally from the run folders before anything is sent.
 
 W&B reports embed media that live in runs, so the figures and the table are logged to
 one *assets run* (job type ``report``, group ``<grid>.report``, kept out of the grid's
@@ -22,22 +14,13 @@ import hashlib
 import json
 import math
 import subprocess
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import keys as K
 from .study import Study, StudyError
-
-__all__ = [
-    "ReportAssets",
-    "build_assets",
-    "build_report",
-    "report_spec",
-    "log_assets",
-    "ASSETS_JOB_TYPE",
-    "TABLE_KEY",
-]
 
 ASSETS_JOB_TYPE = "report"
 TABLE_KEY = "table6"
@@ -168,9 +151,7 @@ def check_inputs(study: Study, *, grid_file: Path | None = None) -> tuple[str | 
     if not study.run_dirs:
         raise StudyError("a report is made from run folders (runs/<grid>), not a grid file")
     if not any(c.status == "done" for c in study.cells):
-        counts: dict[str, int] = {}
-        for c in study.cells:
-            counts[str(c.status)] = counts.get(str(c.status), 0) + 1
+        counts = dict(Counter(str(c.status) for c in study.cells))
         raise StudyError(f"no finished cells to report yet (statuses: {counts})")
     return _grid_text(study, grid_file)
 

@@ -14,8 +14,6 @@ from typing import Any
 from .. import record as rf
 from ..errors import UserError
 
-__all__ = ["CellInfo", "Study", "StudyError", "load_study", "from_grid_file", "from_runs"]
-
 
 class StudyError(UserError, ValueError):
     """A grid file or run folders that do not describe one grid."""

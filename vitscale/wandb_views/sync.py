@@ -1,16 +1,12 @@
 """``vitscale wandb sync``: upload a grid's offline W&B runs, for clusters whose compute
-nodes have no internet.
+nodes have no internet (what it does for the user: README, "Weights & Biases").
 
 A cell that ran offline left ``<run folder>/wandb/offline-run-<time>-<cell id>/`` (one
 per start: a requeued cell adds one, with the same run id), or the same under
-``$WANDB_DIR/wandb/`` when that was set. Each is uploaded with wandb's own ``wandb
-sync``, oldest first, so a resumed run's history lands in order; wandb marks an
-uploaded run with ``run-<id>.wandb.synced`` beside its log, and runs with that mark are
-skipped, so running the command again uploads only what is left.
-
-Ctrl-C stops after the run being uploaded (``wandb sync`` gets the signal too and leaves
-that run unmarked): run the command again to finish. A run that fails to upload is
-reported and the rest still go.
+``$WANDB_DIR/wandb/`` when that was set. wandb marks an uploaded run with
+``run-<id>.wandb.synced`` beside its log; runs with that mark are skipped. Ctrl-C stops
+after the run being uploaded (``wandb sync`` gets the signal too and leaves that run
+unmarked).
 """
 
 from __future__ import annotations
@@ -20,8 +16,6 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-
-__all__ = ["OfflineRun", "find_offline_runs", "SYNCED_SUFFIX", "upload"]
 
 SYNCED_SUFFIX = ".synced"  # wandb's mark of an uploaded offline run
 

@@ -1,17 +1,6 @@
-"""The grid's saved W&B workspace view, built with wandb's ``wandb-workspaces`` library.
-
-Sections (paper figures as W&B panels; accuracies are fractions, as logged):
-
-- **Fig. 4**, data requirements: for every few-shot dataset and k the grid measures, the
-  best k-shot accuracy during training (summary ``best/fewshot/<dataset>/<k>shot``)
-  against the pre-training subset size (config ``data.num_examples``), log x;
-- **Fig. 5**, compute: each transfer accuracy (fine-tuned ``finetune/<dataset>/top1``,
-  then best few-shot) against total pre-training exaFLOPs (summary ``pretrain_exaflops``),
-  log x;
-- **curves**: each few-shot metric and ``train/loss`` against ``examples_seen`` and
-  against ``compute/exaflops`` (history; live while the grid runs);
-- the **run table**: model, family, size, patch, subset, state, restarts, best metrics,
-  exaFLOPs, device-hours.
+"""The grid's saved W&B workspace view, built with wandb's ``wandb-workspaces`` library:
+Figs. 4 and 5 as W&B panels (accuracies are fractions, as logged), curves against
+examples seen and exaFLOPs (live while the grid runs) and the run table.
 
 Runs are filtered to the grid's W&B group. Every run gets a fixed colour: one hue per
 family (ViT blue, ResNet orange, hybrid green, as in ``vitscale figures``) and one shade
@@ -29,15 +18,6 @@ from .. import record as rf
 from ..record.wandb import IDENTITY
 from . import keys as K
 from .study import Study
-
-__all__ = [
-    "build_workspace",
-    "workspace_spec",
-    "model_colors",
-    "fig4_panels",
-    "fig5_panels",
-    "stable_ids",
-]
 
 # Shades per family, dark to light (the figures' colour-blind palette hues).
 _SHADES = {
@@ -121,13 +101,10 @@ def fig5_panels(study: Study) -> list:
     )
 
 
-def curve_metrics(study: Study) -> list[str]:
-    return [rf.fewshot_key(ds, k) for ds, k in study.fewshot] + [rf.TRAIN_LOSS]
-
-
 def curve_panels(study: Study, x: str) -> list:
     import wandb_workspaces.reports.v2 as wr
 
+    metrics = [rf.fewshot_key(ds, k) for ds, k in study.fewshot] + [rf.TRAIN_LOSS]
     return stable_ids(
         f"curves:{x}",
         [
@@ -138,7 +115,7 @@ def curve_panels(study: Study, x: str) -> list:
                 log_x=x == rf.EXAFLOPS,
                 max_runs_to_show=max(len(study.cells), 10),
             )
-            for metric in curve_metrics(study)
+            for metric in metrics
         ],
     )
 

@@ -7,11 +7,9 @@ the pre-training stream (:mod:`vitscale.data.stream`), read in the windowed orde
 generator seeded with ``key(seed, p)`` (forked: dropout's streams are untouched), so a batch
 is bit-identical for any number of DataLoader workers, processes and restarts.
 
-A bad example (no image, an image that does not decode, no label, a label outside the class
-list) is an error naming the shard and the key; with ``data.skip_bad_samples: N`` it is
-replaced by the example at the next stream position (the same replacement on a resumed
-run) and reported with the batch (``Batch.skipped``), and the training loop stops once
-more than ``N`` were skipped and records the count in ``result.json``.
+Bad examples are handled as README's "Sharded datasets" says: with
+``data.skip_bad_samples`` each is replaced by the example at the next stream position and
+reported with the batch (``Batch.skipped``).
 """
 
 from __future__ import annotations
@@ -41,8 +39,6 @@ from .index import (
 )
 from .order import WindowedOrder
 from .read import Labels, SampleError, ShardReader, decode, image_of, labels_of
-
-__all__ = ["DEFAULT_WINDOW", "ShardSet", "ShardStream", "load_shards"]
 
 DEFAULT_WINDOW = 16  # shards shuffled together (data.shuffle_shards unset)
 _AUGMENT = 0x5A4D_A0C0

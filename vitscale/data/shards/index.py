@@ -17,19 +17,10 @@ examples each shard holds without opening 30,000 tar files, and an epoch must ha
 exactly the examples the index promises (a shard whose size differs from the index is an
 error before training, never a silently shorter epoch).
 
-Names (``data.dataset``):
-
-- ``shards:/data/in21k``: the folder; its index's ``train`` and ``test`` (or ``val``) splits;
-- ``shards:/data/in21k/train-{000000..001023}.tar``: a brace pattern (or a glob) of train
-  shards listed in the folder's index; matched against the index, so the shard directory
-  is never listed.
-
-Subsets (:func:`select`): ``data.subset: 9M`` takes the train shards in the order of
-``SeededPermutation(num_shards, seed)``, whole shards while they fit, and the first
-examples (in tar order) of the next one to make the count exact. A smaller subset is a
-prefix of a larger one, so 9M lies inside 30M inside 90M, identical on every process,
-node count and restart; :attr:`Selection.record` (written to ``config.json``) names the
-index by its SHA-256, the rule, the counts and a digest of the exact (shard, count) list.
+Names (``shards:DIR``, or a brace pattern or glob of its train shards) and subsets
+(:func:`select`: whole shards in a seeded order, then a count from the next one) are as
+README's "Sharded datasets" says; a pattern is matched against the index, so the shard
+directory is never listed.
 
 numpy only, no torch: grid validation reads indexes without it.
 """
@@ -48,28 +39,9 @@ from typing import Any
 
 import numpy as np
 
+from ...record.folder import write_text_atomic
 from ..registry import DatasetFormatError, DatasetNotFoundError
 from ..subsets import SeededPermutation, SubsetSpec, subset_size
-
-__all__ = [
-    "INDEX_FILE",
-    "FORMAT",
-    "VERSION",
-    "IMAGE_EXTS",
-    "LABEL_EXTS",
-    "Shard",
-    "ShardIndex",
-    "Selection",
-    "parse_location",
-    "load_index",
-    "split_shards",
-    "check_shards",
-    "select",
-    "expand_pattern",
-    "write_index",
-    "describe",
-    "format_description",
-]
 
 INDEX_FILE = "index.json"
 FORMAT = "vitscale-shards"
@@ -382,14 +354,8 @@ def write_index(
         for split, shards in splits.items()
     ]
     text = "{\n" + "\n".join(lines) + '\n "splits": {\n' + ",\n".join(blocks) + "\n }\n}\n"
-    file = folder / INDEX_FILE
-    tmp = folder / f".{INDEX_FILE}.tmp"
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, file)
-    return file
+    write_text_atomic(folder / INDEX_FILE, text)
+    return folder / INDEX_FILE
 
 
 def describe(

@@ -16,8 +16,6 @@ from .._hash import derive_key
 from ..stream import StreamOrder, seed63
 from ..subsets import SeededPermutation
 
-__all__ = ["WindowedOrder", "WindowedEpoch"]
-
 _EPOCH, _WINDOW = 0x5A4D_0E0C, 0x5A4D_0B1D
 
 

@@ -56,19 +56,6 @@ except ImportError:  # pragma: no cover - a torchvision without image decoding
 from ..registry import DatasetFormatError, DatasetNotFoundError
 from .index import IMAGE_EXTS, LABEL_EXTS
 
-__all__ = [
-    "SampleError",
-    "ShardReader",
-    "Labels",
-    "image_of",
-    "labels_of",
-    "decode",
-    "decode_pil",
-    "decode_torchvision",
-    "scan_shard",
-    "ShardScan",
-]
-
 _BLOCK = 512
 _USTAR_NAME = 100  # longest member name the indexed reader reads (plain ustar header)
 

@@ -1,28 +1,14 @@
-"""Make sharded sets: ``vitscale data shard`` (convert any source) and ``data index``.
+"""Make sharded sets: ``vitscale data shard`` (convert any source) and ``data index``
+(README, "Sharded datasets", says what each does for the user).
 
-``shard_dataset(SRC, DEST, shard_size=N)`` writes every split of a supported source
-(ImageFolder and ``multilabel:`` trees, CIFAR, Pets, Flowers, ImageNet, the synthetic
-family) as WebDataset tar shards with WebDataset's own ``TarWriter``:
-
-- examples go in a fixed random order (``SeededPermutation(n, SHARD_ORDER_SEED)``), so
-  every shard is a random sample of its split: a subset made of whole shards
-  (:func:`vitscale.data.shards.index.select`) is a random subset, whatever the source's
-  order (ImageFolder lists class by class);
-- image files are copied byte for byte (a JPEG stays the same JPEG; formats other than
-  JPEG, PNG and WebP become PNG); arrays (CIFAR, the rendered synthetic set) become PNG;
-  labels go to ``<key>.cls`` (one class), or ``<key>.json`` ``{"labels": [...]}`` for
-  multi-label sources (first = the folder class, as ``multilabel:`` reads it);
-- keys name the source example (``train/n01440764/n01440764_10026_JPEG``), so an error at
-  training time points back to the file;
-- each shard is written to a hidden temporary file, flushed to disk and renamed: a shard
-  with its final name is complete. An interrupted conversion (Ctrl-C, a kill, a full
-  disk) resumes where it stopped when run again with the same arguments (the plan is kept
-  in ``DEST/.shard-plan.json``); ``index.json`` is written last.
-
-``index_shards(DIR)`` writes ``index.json`` for shards made elsewhere (img2dataset,
-webdataset's ``ShardWriter``): every shard's examples counted, its tar checked whole and
-its labels read (:func:`vitscale.data.shards.read.scan_shard`), the class list taken from a
-file or from the labels.
+``shard_dataset`` writes with WebDataset's own ``TarWriter``, in a fixed random order
+(``SeededPermutation(n, SHARD_ORDER_SEED)``) so that a subset made of whole shards
+(:func:`vitscale.data.shards.index.select`) is a random subset whatever the source's order
+(ImageFolder lists class by class). Formats other than JPEG, PNG and WebP, and arrays
+(CIFAR, the rendered synthetic set), become PNG; keys name the source example
+(``train/n01440764/n01440764_10026_JPEG``), so an error at training time points back to
+the file. A shard is written to a hidden temporary file, flushed and renamed; the plan a
+conversion resumes from is ``DEST/.shard-plan.json``, and ``index.json`` is written last.
 """
 
 from __future__ import annotations
@@ -41,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from ...config.counts import parse_count
+from ...record.folder import write_text_atomic
 from ..registry import DatasetFormatError, parse_name
-from ..subsets import SeededPermutation, parse_count
+from ..subsets import SeededPermutation
 from .index import IMAGE_EXTS, INDEX_FILE, Shard, expand_pattern, write_index
-
-__all__ = ["SHARD_ORDER_SEED", "PLAN_FILE", "shard_dataset", "index_shards", "ShardingError"]
 
 SHARD_ORDER_SEED = 0x5A4D_5EED
 PLAN_FILE = ".shard-plan.json"
@@ -184,13 +170,6 @@ def _open_split(
     return _Split(len(ds), read_files, ds.classes, ds.multilabel, crop=True)
 
 
-# --------------------------------------------------------------------------- plan
-
-
-def _plan(src: str, splits: dict[str, int], args: dict[str, Any]) -> dict[str, Any]:
-    return {"version": PLAN_VERSION, "source": src, "sizes": splits, **args}
-
-
 def _shard_name(split: str, j: int) -> str:
     return f"{split}-{j:06d}.tar"
 
@@ -210,9 +189,7 @@ def _check_dest(dest: Path, plan: dict[str, Any]) -> None:
     if dest.exists() and any(p for p in dest.iterdir() if not p.name.startswith(".")):
         raise ShardingError(f"{dest} is not empty; choose an empty (or new) folder")
     dest.mkdir(parents=True, exist_ok=True)
-    tmp = dest / f"{PLAN_FILE}.tmp"
-    tmp.write_text(json.dumps(plan, indent=1))
-    os.replace(tmp, plan_file)
+    write_text_atomic(plan_file, json.dumps(plan, indent=1))
 
 
 # --------------------------------------------------------------------------- writing
@@ -342,13 +319,16 @@ def shard_dataset(
     kwargs = dict(root=root, download=download, image_size=image_size, shorter_side=shorter_side)
     splits = {s: _open_split(src, s, **kwargs) for s in ("train", "test")}
     sizes = _sizes(src, splits, cap)
-    settings = {
+    plan = {
+        "version": PLAN_VERSION,
+        "source": src,
+        "sizes": sizes,
         "shard_size": shard_size,
         "image_size": None if splits["train"].crop else image_size,  # rendered (synthetic)
         "shorter_side": shorter_side,
         "order_seed": SHARD_ORDER_SEED,
     }
-    _check_dest(dest, _plan(src, sizes, settings))
+    _check_dest(dest, plan)
     for stale in dest.glob(".*.tmp-*"):  # a killed run's unfinished shard
         stale.unlink()
     jobs, done = _jobs(dest, splits, sizes, shard_size)

@@ -12,8 +12,6 @@ from torchvision import datasets
 
 from ..registry import LABEL_FILE, SOURCES, DatasetFormatError, DatasetNotFoundError
 
-__all__ = ["required_paths", "check_layout", "missing", "malformed"]
-
 CIFAR_CLASSES = {"cifar10": datasets.CIFAR10, "cifar100": datasets.CIFAR100}
 PETS_SPLIT = {"train": "trainval", "test": "test"}
 

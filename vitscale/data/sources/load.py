@@ -24,8 +24,6 @@ from torchvision import datasets
 from ..registry import LABEL_FILE, SOURCES, DatasetFormatError
 from .layout import CIFAR_CLASSES, PETS_SPLIT, malformed, missing, require, required_paths
 
-__all__ = ["ImageSource", "load_source"]
-
 Transform = Callable[[object], Tensor]
 
 # What torchvision's readers raise on a file that is there but is not what they expect.

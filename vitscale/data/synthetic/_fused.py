@@ -32,8 +32,6 @@ from pathlib import Path
 from . import scene as sc
 from .vocabulary import GLYPH_GRID
 
-__all__ = ["kernel"]
-
 _SOURCE = r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>

@@ -18,18 +18,14 @@ the same scene; edges are anti-aliased over one pixel):
    a random position, scale and aspect, in a colour of the opposite brightness to the
    background (dark-on-light or light-on-dark, per image).
 
-Only the object's shape or pattern is informative; where it is, how large, and its colours
-are nuisances. That is exactly the structure a convolution's locality and translation
-equivariance encode and a ViT has to learn from data (paper Sec. 3.1, "Inductive bias").
+Only the object's shape or pattern is informative (why: :mod:`.vocabulary`).
 
 Bit-exactness: only +, -, *, /, floor, min/max/clamp, abs and gathers (correctly rounded
 in torch's vectorised and scalar CPU paths) and torch's own sqrt kernel are used, so an
 image does not depend on the batch it was rendered in, nor on the number of threads.
 
-Two paths draw the same pixels: the torch operations here (the reference, and the only
-path for textures), and for glyph and pair scenes the fused C++ kernel of
-:mod:`vitscale.data.synthetic._fused`, which makes generation several times faster (measured in
-``benchmarks/data_throughput.py``) and is used wherever it can be built.
+The torch operations here are the reference, and the only path for textures; glyph and
+pair scenes draw the same pixels faster through :mod:`vitscale.data.synthetic._fused`.
 """
 
 from __future__ import annotations
@@ -45,8 +41,6 @@ from ..batch import Batch
 from . import _fused
 from . import scene as sc
 from .vocabulary import GLYPH_GRID, TASKS, TEXTURES, WORLD_SEED, SyntheticTask, glyph_bank
-
-__all__ = ["SyntheticImages", "render", "MIN_SIZE", "MAX_SIZE"]
 
 MIN_SIZE, MAX_SIZE = 32, 224
 _SPLIT_STREAM = {"train": 0, "val": 1, "test": 2}
@@ -346,13 +340,7 @@ def render(
                 *scale,
             )
             module.render_glyph_scenes(
-                images[start : start + chunk],
-                params[0],
-                i0,
-                w,
-                pix,
-                pix_px,
-                *params[1:],
+                images[start : start + chunk], params[0], i0, w, pix, pix_px, *params[1:]
             )
         return Batch(images=images, targets=torch.from_numpy(indices % task.num_classes))
     for start in range(0, len(indices), chunk):

@@ -31,16 +31,6 @@ import numpy as np
 
 from .._hash import derive_key, uniform
 
-__all__ = [
-    "GLYPH_GRID",
-    "MIN_GLYPH_DISTANCE",
-    "TEXTURES",
-    "SyntheticTask",
-    "TASKS",
-    "UPSTREAM",
-    "glyph_bank",
-]
-
 GLYPH_GRID = 5
 MIN_GLYPH_DISTANCE = 6
 # Cells set per glyph: dense enough to be more than a stroke, sparse enough to have holes.
