@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 # The suite runs as two pytest processes, one per core: the SLURM and fault-injection tests
 # (real clusters, signals and subprocesses, often waiting) beside all the others; both logs
 # are printed and either failing fails `make test`. With PYTEST_ARGS, one process runs them.
-PARALLEL_GROUP := tests/faults tests/test_slurm_grid.py tests/test_local_cluster.py
+PARALLEL_GROUP := tests/faults tests/test_slurm_grid.py tests/test_local_cluster.py tests/test_two_nodes.py
 test: $(STAMP) cluster
 ifeq ($(strip $(PYTEST_ARGS)),)
 	@log=$$(mktemp); \
@@ -36,10 +36,12 @@ else
 	$(PY) -m pytest $(PYTEST_ARGS)
 endif
 
-# The local single-node SLURM the `slurm` tests submit to (slurm/local-cluster.sh; idempotent,
-# under a second when it already runs). It needs root; without it the SLURM tests skip.
+# The local SLURM clusters the `slurm` tests submit to (slurm/local-cluster.sh; idempotent,
+# under a second when they already run): the single-node one and the two-node one beside it
+# (tests/test_two_nodes.py brings the latter down when it is done). It needs root; without
+# it the SLURM tests skip.
 cluster:
-	@if [ "$$(id -u)" -eq 0 ]; then slurm/local-cluster.sh up; \
+	@if [ "$$(id -u)" -eq 0 ]; then slurm/local-cluster.sh up --nodes 2; \
 	else echo "make cluster: skipped: slurm/local-cluster.sh up needs root (installs packages," \
 	  "starts daemons); the SLURM tests will skip (in CI, with CI=true, they fail instead)"; fi
 

@@ -32,6 +32,9 @@
 # the directories above.
 set -euo pipefail
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# SLURM's commands here speak to the single-node cluster unless told (`two` below), also
+# when the caller's environment points them at the two-node one.
+unset SLURM_CONF
 
 readonly CLUSTER=vitscale
 readonly PARTITION=debug
