@@ -88,8 +88,10 @@ def srun_args(shape: Shape) -> list[str]:
     ``--cpus-per-task`` from the allocation to the step, so each task would get one CPU for
     its loader workers and threads. GPUs: every task sees all of its node's GPUs and picks
     ``cuda:LOCAL_RANK`` (what the trainer's Accelerate does); ``--gpu-bind=none`` keeps a
-    cluster default from hiding the others (NCCL's peer-to-peer paths need them visible)."""
-    args = [f"--cpus-per-task={shape.cpus_per_task}"]
+    cluster default from hiding the others (NCCL's peer-to-peer paths need them visible).
+    ``--kill-on-bad-exit=1``: a task that fails ends the others at once, instead of leaving
+    them waiting in a collective for a peer that is gone."""
+    args = [f"--cpus-per-task={shape.cpus_per_task}", "--kill-on-bad-exit=1"]
     if shape.gpus_per_node:
         args.append("--gpu-bind=none")
     return args
@@ -127,12 +129,26 @@ def executor_parameters(shape: Shape, profile: Profile, *, job_name: str) -> dic
 # --------------------------------------------------------------------------- the job
 
 
-def distributed_env(job: Any) -> dict[str, str]:
-    """torch.distributed's environment for this task, from submitit's ``JobEnvironment``.
+# Linux's default range for the ports it picks itself (net.ipv4.ip_local_port_range): a
+# rendezvous port in it may already be held by some outgoing connection on the node.
+EPHEMERAL_PORTS = (32768, 60999)
+MASTER_PORT_MIN = 20000  # above the well-known and most registered services' ports
 
-    The port derives from the job id, so array tasks sharing a node do not collide, and a
-    requeued task (same id) uses the same one.
-    """
+
+def master_port(job_id: int, ephemeral: tuple[int, int] = EPHEMERAL_PORTS) -> int:
+    """Rank 0's rendezvous port for a job: from ``MASTER_PORT_MIN`` up to 65535, never in
+    ``ephemeral``. It derives from the job id, so jobs sharing a node differ (unless their
+    ids are 17,304 apart) and a requeued job (same id) uses the same port."""
+    below = ephemeral[0] - MASTER_PORT_MIN  # 20000-32767
+    above = 65535 - ephemeral[1]  # 61000-65535
+    i = job_id % (below + above)
+    return MASTER_PORT_MIN + i if i < below else ephemeral[1] + 1 + i - below
+
+
+def distributed_env(job: Any) -> dict[str, str]:
+    """torch.distributed's environment for this task, from submitit's ``JobEnvironment``
+    (SLURM's: ``SLURM_PROCID``, ``SLURM_NODEID``, the first node of
+    ``SLURM_JOB_NODELIST`` as the rendezvous host, :func:`master_port` there)."""
     return {
         "RANK": str(job.global_rank),
         "WORLD_SIZE": str(job.num_tasks),
@@ -140,7 +156,7 @@ def distributed_env(job: Any) -> dict[str, str]:
         "LOCAL_WORLD_SIZE": str(job.num_tasks // job.num_nodes),
         "NODE_RANK": str(job.node),
         "MASTER_ADDR": job.hostnames[0],
-        "MASTER_PORT": str(20000 + int(job.raw_job_id) % 40000),
+        "MASTER_PORT": str(master_port(int(job.raw_job_id))),
     }
 
 
