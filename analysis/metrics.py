@@ -1,16 +1,7 @@
-<<<<<<< HEAD
-"""Which columns of a cells frame are transfer metrics, their averages, and their labels.
-
-Metric columns follow :mod:`vitscale.record.cells`: ``fewshot/<dataset>/<k>shot`` (best value
-during training), ``finetune/<dataset>/top1``, ``final/<metric>``. An average over several
-transfer metrics is a derived column: ``average-5`` when it is exactly Fig. 5's five
-fine-tuning datasets (docs/protocol.md), else ``average(<metric>, ...)`` naming its parts, so
-=======
 """Which columns of a cells frame (:mod:`vitscale.record.cells`) are transfer metrics,
 their averages, and their labels. An average over several transfer metrics is a derived
 column: ``average-5`` when it is exactly Fig. 5's five fine-tuning datasets
 (docs/protocol.md, "The figures"), else ``average(<metric>, ...)`` naming its parts, so
->>>>>>> h-slim
 two averages share a name only when they average the same things.
 """
 

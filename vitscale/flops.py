@@ -1,6 +1,5 @@
 """Analytic parameters, multiply-adds and pre-training compute per (model name, resolution).
 
-<<<<<<< HEAD
 The convention (paper Table 6 and Fig. 5; docs/protocol.md):
 
     exaFLOPs = examples seen x 3 (forward + backward) x 2 (FLOPs per multiply-add)
@@ -9,10 +8,6 @@ The convention (paper Table 6 and Fig. 5; docs/protocol.md):
 Forward multiply-adds count every dense and convolution layer, the patch embedding and
 attention's two products (QK^T and AV); norms, softmax, activations, pooling and
 additions are not counted. Two counts are kept:
-=======
-The convention and how closely it reproduces paper Table 6: docs/protocol.md,
-"Pre-training compute". Two counts are kept:
->>>>>>> h-slim
 
 - ``macs``: dense, every kernel tap of every output position, padding included. This is
   what ``torch.utils.flop_counter.FlopCounterMode`` measures on the built model

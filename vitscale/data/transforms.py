@@ -1,19 +1,8 @@
-<<<<<<< HEAD
-"""The paper's image transforms (docs/protocol.md, "Pre-training" and "Transfer").
-
-- Training: Inception crop (random area 8-100%, aspect 3/4-4/3; Szegedy et al. 2015) to
-  the target resolution, random horizontal flip, pixels scaled to [-1, 1].
-- Evaluation: resize the shorter side to 256/224 of the target, centre crop, [-1, 1]
-  (224 px: 256 -> 224, the few-shot protocol's preprocessing; 384 px: 439 -> 384).
-
-Any resolution: the crop size is the argument, the evaluation resize scales with it.
-=======
 """The paper's image transforms (docs/protocol.md, "Pre-training" and "Transfer"): for
 training an Inception crop (random area 8-100%, aspect 3/4-4/3; Szegedy et al. 2015), a
 random flip and [-1, 1]; for evaluation the shorter side resized to 256/224 of the target
 (384 px: 439 -> 384), a centre crop and [-1, 1]. Any resolution: the crop size is the
 argument, the evaluation resize scales with it.
->>>>>>> h-slim
 """
 
 from __future__ import annotations

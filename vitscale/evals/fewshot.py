@@ -1,19 +1,8 @@
 """The paper's few-shot linear evaluation as a closed-form solver (paper Sec. 4.1, App. B.1.2;
 the details, as the authors' code has them: docs/protocol.md, "Transfer").
 
-<<<<<<< HEAD
-    "we solve a regularized least-squares regression problem that maps the (frozen)
-     representation of a subset of training images to {-1, 1}^K target vectors."
-
-Details as the authors' code (docs/protocol.md): standardise features with the k-shot set's
-mean and std (+1e-5), append a constant feature of 100 (a bias that is almost
-unregularised), solve ridge regression with lambda = 2^10 in closed form, predict by
-argmax. Solved in float64, in whichever of the primal (D x D) or dual (N x N) forms is
-smaller; both give the same weights.
-=======
 Solved in float64, in whichever of the primal (D x D) or dual (N x N) forms is smaller;
 both give the same weights.
->>>>>>> h-slim
 """
 
 from __future__ import annotations
