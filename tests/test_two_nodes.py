@@ -8,13 +8,25 @@ nothing of it is left: no namespace, link or process.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
+import torch
+
+from vitscale import record as rf
+from vitscale.cli import main
+from vitscale.grid.local import cell_command
+from vitscale.grid.plan import JOB_FILE
 
 from .helpers.cluster import (
     SCRIPT,
+    TWO_CONF,
     TWO_PARTITION,
     TWO_SUBNET,
     ensure_cluster,
@@ -22,6 +34,25 @@ from .helpers.cluster import (
     run,
     two,
 )
+
+PROFILE = Path(__file__).resolve().parents[1] / "slurm" / "profiles" / "local2.yaml"
+STEPS = 30
+# One cell over both nodes, one process per node. fp32 and no dropout: its losses must be
+# bit-identical to the same cell's as two processes on one node.
+GRID = f"""\
+name: two-nodes
+base:
+  model: {{name: ViT-Pico/4, dropout: 0.0}}
+  data: {{dataset: synthetic, image_size: 32, subset: 512, num_workers: 1}}
+  train: {{steps: {STEPS}, batch_size: 16, log_every: 1, checkpoint_every: 5, precision: fp32}}
+  optim: {{warmup_steps: 3}}
+  eval:
+    fewshot: {{datasets: []}}
+    upstream: {{examples: 0}}
+  wandb: {{mode: disabled}}
+resources:
+  default: {{nodes: 2, time: "00:10:00"}}
+"""
 
 pytestmark = pytest.mark.slurm
 
@@ -63,6 +94,124 @@ def test_each_node_runs_one_task_under_its_own_name_and_address(two_nodes: None)
     # The single-node cluster is untouched: its own partition, its own node.
     single = run("sinfo", "--noheader", "--format=%P %D")
     assert single.returncode == 0 and single.stdout.split() == ["debug*", "1"], single.stdout
+
+
+# ------------------------------------------------------------------------ a cell on both
+
+
+def _vitscale(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    capsys.readouterr()
+    code = main(list(args))
+    out = capsys.readouterr()
+    assert code == 0, f"vitscale {' '.join(args)} exited {code}:\n{out.out}\n{out.err}"
+    return out.out
+
+
+def _steps(run_dir: Path) -> list[int]:
+    path = run_dir / rf.METRICS
+    return [row[rf.STEP] for row in rf.iter_metrics(path)] if path.is_file() else []
+
+
+def _losses(run_dir: Path) -> list[tuple[int, float]]:
+    return [(row[rf.STEP], row[rf.TRAIN_LOSS]) for row in rf.iter_metrics(run_dir / rf.METRICS)]
+
+
+def _wait(what: str, predicate, *, timeout_s: float, debug) -> object:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.2)
+    pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}\n{debug()}", pytrace=False)
+
+
+def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    state = run_dir / rf.CHECKPOINTS / f"step_{STEPS:09d}" / "state.pt"
+    return torch.load(state, map_location="cpu", weights_only=True)["model"]
+
+
+def _logs(cell: Path) -> str:
+    return "\n".join(
+        f"--- {log.name}\n{log.read_text()[-2000:]}" for log in sorted(cell.glob("log*.txt"))
+    )
+
+
+@pytest.mark.slow
+def test_a_cell_over_both_nodes_survives_a_preemption_and_matches_one_node(
+    two_nodes: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``nodes: 2``: one task per node, ranks and rendezvous from SLURM; SIGUSR1 to the
+    job's steps mid-training (what ``--signal`` sends): both nodes checkpoint at the same
+    step, the job requeues and resumes; the cell ends as the same cell run as two
+    processes on one node, bit for bit (two ranks: each all-reduce sums the same two
+    numbers, and a + b == b + a exactly)."""
+    monkeypatch.setenv("SLURM_CONF", TWO_CONF)
+    grid_file = tmp_path / "grid.yaml"
+    grid_file.write_text(GRID)
+    runs = tmp_path / "runs"
+    out = _vitscale(
+        capsys, "grid", str(grid_file), "--executor", "slurm", "--profile", str(PROFILE),
+        "--runs", str(runs),
+    )  # fmt: skip
+    assert "2 node(s) x 1 task(s)" in out, out
+    (cell,) = [p.parent for p in (runs / "two-nodes").glob(f"*/{JOB_FILE}")]
+    job_id = json.loads((cell / JOB_FILE).read_text())["job_id"]
+
+    def debug() -> str:
+        return two("squeue").stdout + _logs(cell)
+
+    # The reference meanwhile: two processes on this machine (torchrun), one thread each.
+    reference = tmp_path / "reference" / cell.name
+    reference.mkdir(parents=True)
+    shutil.copy(cell / rf.CONFIG, reference / rf.CONFIG)
+    ref = subprocess.Popen(
+        cell_command(reference, processes=2),
+        env=os.environ | {"OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait("training on both nodes", lambda: len(_steps(cell)) >= 8, timeout_s=180, debug=debug)
+        signalled = two("scancel", "--signal=USR1", job_id)
+        assert signalled.returncode == 0, signalled.stderr
+        _wait(
+            "the cell to finish",
+            lambda: (
+                (rf.read_json(cell / rf.RESULT) if (cell / rf.RESULT).is_file() else {}).get(
+                    "status"
+                )
+                == rf.STATUS_DONE
+            ),
+            timeout_s=240,
+            debug=debug,
+        )
+        _, err = ref.communicate(timeout=240)
+        assert ref.returncode == 0, err[-3000:]
+    finally:
+        two("scancel", job_id)
+        ref.kill()
+
+    # One task per node, each on its own node; both stopped at the same step, and resumed.
+    log, rank1 = (cell / "log.txt").read_text(), (cell / "log.rank1.txt").read_text()
+    assert re.search(r"task 0 of 2 on n1\b", log) and re.search(r"task 1 of 2 on n2\b", rank1)
+    (stopped,) = re.findall(r"preempted by SIGUSR1: checkpointed at step (\d+)", log)
+    assert 0 < int(stopped) < STEPS, log
+    assert re.findall(r"resumed from \S+ \(step (\d+), restart 1\)", log) == [stopped], log
+    assert "DataLoader worker" not in log + rank1
+    ours, theirs = rf.read_json(cell / rf.RESULT), rf.read_json(reference / rf.RESULT)
+    assert ours["num_processes"] == theirs["num_processes"] == 2
+    assert ours["restarts"] == 1 and theirs["restarts"] == 0
+    # The same examples and losses at every step; the same weights at the end.
+    assert _steps(cell) == list(range(1, STEPS + 1))
+    assert _losses(cell) == _losses(reference)
+    for key in ("steps", "examples_seen", "pretrain_exaflops"):
+        assert ours[key] == theirs[key], key
+    weights, expected = _weights(cell), _weights(reference)
+    assert all(torch.equal(weights[k], expected[k]) for k in expected)
 
 
 # ------------------------------------------------------------------------ last: down
