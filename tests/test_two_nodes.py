@@ -212,6 +212,124 @@ def test_a_cell_over_both_nodes_survives_a_preemption_and_matches_one_node(
         assert ours[key] == theirs[key], key
     weights, expected = _weights(cell), _weights(reference)
     assert all(torch.equal(weights[k], expected[k]) for k in expected)
+    _REFERENCE_LOSSES[cell.name] = _losses(reference)
+
+
+_REFERENCE_LOSSES: dict[str, list[tuple[int, float]]] = {}  # the cell's, once run above
+# The two-node cluster marks a silent node DOWN after SlurmdTimeout (10 s, two.conf.in),
+# then ends the job's steps (SIGTERM, SIGKILL after KillWait, 30 s): the most a job may
+# take to end after it lost a node.
+LOST_NODE_TIMEOUT_S = 10 + 20 + 30
+
+
+def _job_processes(node: str) -> list[str]:
+    """The processes in a node's namespace other than its slurmd: ``pid:name`` each."""
+    pids = run("ip", "netns", "pids", f"vitscale-{node}").stdout.split()
+    names = {pid: Path(f"/proc/{pid}/comm") for pid in pids}
+    found = []
+    for pid, comm in names.items():
+        try:
+            name = comm.read_text().strip()
+        except OSError:
+            continue  # ended meanwhile
+        if name != "slurmd":
+            found.append(f"{pid}:{name}")
+    return found
+
+
+@pytest.mark.slow
+def test_a_lost_node_ends_the_job_and_the_cell_resumes_when_it_returns(
+    two_nodes: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every process of node n2 (its slurmd, the job's task, its trainer, its loader worker)
+    is SIGKILLed mid-training: the job ends within the cluster's timeouts, nothing of it is
+    left on n1, SLURM requeues it, `vitscale status` says which node failed and where the
+    cell resumes; once n2 is back the cell resumes from its last complete checkpoint and
+    ends as an uninterrupted run."""
+    monkeypatch.setenv("SLURM_CONF", TWO_CONF)
+    grid_file = tmp_path / "grid.yaml"
+    grid_file.write_text(GRID)
+    runs = tmp_path / "runs"
+    _vitscale(
+        capsys, "grid", str(grid_file), "--executor", "slurm", "--profile", str(PROFILE),
+        "--runs", str(runs),
+    )  # fmt: skip
+    (cell,) = [p.parent for p in (runs / "two-nodes").glob(f"*/{JOB_FILE}")]
+    job_id = json.loads((cell / JOB_FILE).read_text())["job_id"]
+
+    def debug() -> str:
+        return two("squeue").stdout + two("sinfo", "--Node").stdout + _logs(cell)
+
+    def state() -> str:
+        return two("squeue", "--noheader", "--jobs", job_id, "--format=%T").stdout.strip()
+
+    try:
+        _wait(
+            "a checkpoint, and training past it",
+            lambda: (
+                (done := rf.complete_checkpoints(cell / rf.CHECKPOINTS))
+                and len(_steps(cell)) > rf.checkpoint_step(done[-1])
+            ),
+            timeout_s=180,
+            debug=debug,
+        )
+        pids = run("ip", "netns", "pids", "vitscale-n2").stdout.split()
+        assert len(pids) >= 4, pids  # slurmd, slurmstepd, the task, the trainer (+ worker)
+        lost_at = time.monotonic()
+        run("kill", "-KILL", *pids)
+
+        # The job ends, nothing of it is left on n1, and SLURM requeues it (n2 is DOWN).
+        _wait(
+            "the job to end on n1",
+            lambda: state() == "PENDING" and not _job_processes("n1"),
+            timeout_s=LOST_NODE_TIMEOUT_S + 15,
+            debug=debug,
+        )
+        ended_s = time.monotonic() - lost_at
+        assert ended_s < LOST_NODE_TIMEOUT_S, ended_s
+        checkpoints = rf.complete_checkpoints(cell / rf.CHECKPOINTS)
+        resume_step = rf.checkpoint_step(checkpoints[-1])
+        assert 0 < resume_step < STEPS
+
+        # status says what happened, asking the cluster the job went to (job.json).
+        monkeypatch.delenv("SLURM_CONF")
+        (row,) = json.loads(_vitscale(capsys, "status", str(runs), "--json"))["cells"]
+        assert row["status"] == "pending", row
+        assert re.search(
+            r"^node n2 failed at \S+ \S+: SLURM ended the job \(NODE_FAIL\)", row["note"]
+        )
+        assert "SLURM PENDING" in row["note"], row["note"]
+        assert f"resumes from its checkpoint (step {resume_step})" in row["note"], row["note"]
+        note = row["note"]
+        monkeypatch.setenv("SLURM_CONF", TWO_CONF)
+
+        # n2 comes back (`up` starts its slurmd again): the job runs again and resumes.
+        ensure_two_node_cluster()
+        _wait(
+            "the cell to finish",
+            lambda: (
+                (rf.read_json(cell / rf.RESULT) if (cell / rf.RESULT).is_file() else {}).get(
+                    "status"
+                )
+                == rf.STATUS_DONE
+            ),
+            timeout_s=240,
+            debug=debug,
+        )
+    finally:
+        two("scancel", job_id)
+
+    log = (cell / "log.txt").read_text()
+    assert re.findall(r"resumed from \S+ \(step (\d+), restart 1\)", log) == [str(resume_step)]
+    result = rf.read_json(cell / rf.RESULT)
+    assert result["restarts"] == 1 and result["num_processes"] == 2
+    assert _steps(cell) == list(range(1, STEPS + 1))
+    if cell.name in _REFERENCE_LOSSES:  # run above (the same cell, uninterrupted)
+        assert _losses(cell) == _REFERENCE_LOSSES[cell.name]
+    print(f"lost node: the job ended {ended_s:.1f} s after n2 died; status said: {note}")
 
 
 # ------------------------------------------------------------------------ last: down

@@ -28,8 +28,10 @@ Time limits and preemption
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -304,6 +306,9 @@ def _record_job(run_dir: Path, job_id: str, *, profile: Profile, logs: Path, sha
             "shape": shape.__dict__,
             "logs": str(logs / job_id),
             "history": history,
+            # The cluster it went to, where SLURM_CONF chose one (the local two-node cluster):
+            # status asks that cluster about the job.
+            **({"slurm_conf": conf} if (conf := os.environ.get("SLURM_CONF")) else {}),
         },
     )
 
@@ -380,50 +385,49 @@ def read_job(run_dir: Path) -> dict[str, Any] | None:
     return job if isinstance(job, dict) and job.get("job_id") else None
 
 
-def _run(*args: str) -> str | None:
-    """A SLURM command's output, or None when SLURM is missing or does not answer."""
+def _run(*args: str, conf: str | None = None) -> str | None:
+    """A SLURM command's output (on the cluster of ``conf``, a SLURM_CONF; default: this
+    machine's), or None when SLURM is missing or does not answer."""
+    env = os.environ | {"SLURM_CONF": conf} if conf else None
     try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
+        done = subprocess.run(
+            args, capture_output=True, text=True, timeout=30, check=False, env=env
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout if done.returncode == 0 else None
 
 
-_squeue: tuple[float, dict[str, str]] | None = None
+_squeue: dict[str | None, tuple[float, dict[str, str]]] = {}
 
 
-def _squeue_states() -> dict[str, str]:
+def _squeue_states(conf: str | None = None) -> dict[str, str]:
     """``{job id: state}`` for this user's queued and running jobs (array tasks one by one)."""
-    global _squeue
-    if _squeue is not None and time.monotonic() - _squeue[0] < SQUEUE_TTL_S:
-        return _squeue[1]
-    out = _run("squeue", "--me", "--array", "--noheader", "--format=%i|%T")
+    if (cached := _squeue.get(conf)) and time.monotonic() - cached[0] < SQUEUE_TTL_S:
+        return cached[1]
+    out = _run("squeue", "--me", "--array", "--noheader", "--format=%i|%T", conf=conf)
     states = {}
     for line in (out or "").splitlines():
         job_id, _, state = line.strip().partition("|")
         if state:
             states[job_id] = state
     if out is not None:
-        _squeue = (time.monotonic(), states)
+        _squeue[conf] = (time.monotonic(), states)
     return states
 
 
-def _sacct_state(job_id: str) -> str | None:
-    """The job's latest state in accounting (after squeue forgot it), e.g. COMPLETED."""
+def _sacct_runs(job_id: str, conf: str | None = None) -> list[tuple[str, str, str]]:
+    """``(state, nodes, end)`` of every run of the job in accounting, requeued ones first."""
     out = _run(
-        "sacct",
-        "--jobs",
-        job_id,
-        "--allocations",
-        "--noheader",
-        "--parsable2",
-        "--format=JobID,State",
-    )
+        "sacct", "--jobs", job_id, "--duplicates", "--allocations", "--noheader",
+        "--parsable2", "--format=JobID,State,NodeList,End", conf=conf,
+    )  # fmt: skip
+    runs = []
     for line in (out or "").splitlines():
-        found, _, state = line.strip().partition("|")
+        found, state, nodes, end = (line.strip().split("|") + ["", "", ""])[:4]
         if found == job_id and state:
-            return state.split()[0]  # "CANCELLED by 0" -> "CANCELLED"
-    return None
+            runs.append((state.split()[0], nodes, end))  # "CANCELLED by 0" -> "CANCELLED"
+    return runs
 
 
 def job_state(run_dir: Path) -> str | None:
@@ -435,8 +439,33 @@ def job_state(run_dir: Path) -> str | None:
     job = read_job(run_dir)
     if job is None:
         return None
+    job_id, conf = str(job["job_id"]), job.get("slurm_conf")
+    if state := _squeue_states(conf).get(job_id):
+        return state
+    runs = _sacct_runs(job_id, conf)
+    return runs[-1][0] if runs else None
+
+
+def job_note(run_dir: Path) -> str:
+    """What befell the cell's latest job, for ``vitscale status``: a node failure (the
+    node that srun saw fail, from the job's log, and when), or ``""``."""
+    job = read_job(run_dir)
+    if job is None:
+        return ""
     job_id = str(job["job_id"])
-    return _squeue_states().get(job_id) or _sacct_state(job_id)
+    failed = [r for r in _sacct_runs(job_id, job.get("slurm_conf")) if r[0] == "NODE_FAIL"]
+    if not failed:
+        return ""
+    _, nodes, end = failed[-1]
+    lost = []
+    for log in sorted(Path(str(job.get("logs", ""))).glob("*_log.err")):
+        with contextlib.suppress(OSError):
+            lost += re.findall(
+                r"srun: error: Node failure on (\S+)", log.read_text(errors="replace")
+            )
+    where = f"node {lost[-1]}" if lost else f"a node of {nodes}"
+    times = "" if len(failed) == 1 else f" ({len(failed)} times)"
+    return f"{where} failed at {end.replace('T', ' ')}{times}: SLURM ended the job (NODE_FAIL)"
 
 
 def is_queued(run_dir: Path) -> bool:
