@@ -65,9 +65,26 @@ demo: $(STAMP)
 	$(VENV)/bin/vitscale grid experiments/demo.yaml --executor local --workers $(WORKERS) --runs $(RUNS)
 	@$(MAKE) --no-print-directory report GRID=demo
 
+# The demo through the local SLURM: on the single-node cluster, or with NODES=2 every cell
+# over both nodes of the two-node one (one process per node, gloo between them: the demo's
+# grid with `resources: {default: {nodes: 2}}`), which is brought down again afterwards.
+NODES ?= 1
+TWO_CONF := /etc/slurm/two/slurm.conf
 demo-slurm: $(STAMP)
+ifeq ($(NODES),1)
 	slurm/local-cluster.sh up
 	$(VENV)/bin/vitscale grid experiments/demo.yaml --executor slurm --profile slurm/profiles/local.yaml --runs $(RUNS) --wait
+else ifeq ($(NODES),2)
+	slurm/local-cluster.sh up --nodes 2
+	@mkdir -p $(RUNS); grid=$(RUNS)/demo-nodes2.yaml; \
+	{ cat experiments/demo.yaml; echo 'resources: {default: {nodes: 2}}'; } >$$grid; \
+	echo "$$grid: experiments/demo.yaml, every cell over 2 nodes"; \
+	SLURM_CONF=$(TWO_CONF) $(VENV)/bin/vitscale grid $$grid --executor slurm \
+	  --profile slurm/profiles/local2.yaml --runs $(RUNS) --wait; code=$$?; \
+	slurm/local-cluster.sh down --nodes 2; exit $$code
+else
+	@echo "make demo-slurm: NODES=$(NODES): the local clusters have 1 or 2 nodes" >&2; exit 2
+endif
 	@$(MAKE) --no-print-directory report GRID=demo
 
 demo-report: report
