@@ -192,6 +192,37 @@ def test_master_port_stays_out_of_linuxs_ephemeral_range() -> None:
     assert master_port(10000, ephemeral=(30000, 40000)) == 40000 + 1
 
 
+def test_a_node_failure_is_named_from_accounting_and_srun_on_the_jobs_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vitscale.grid import slurm
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "77_0_log.err").write_text("srun: error: Node failure on n2\n")
+    cell = tmp_path / "cell"
+    cell.mkdir()
+    job = {"job_id": "77", "logs": str(logs), "slurm_conf": "/etc/slurm/two/slurm.conf"}
+    (cell / JOB_FILE).write_text(json.dumps(job))
+    asked = []
+
+    def answer(*args: str, conf: str | None = None) -> str:
+        asked.append(conf)
+        if args[0] == "squeue":
+            return ""  # forgotten by squeue: accounting answers
+        return "77|NODE_FAIL|n[1-2]|2026-11-26T01:39:15\n77|PENDING|None assigned|Unknown\n"
+
+    monkeypatch.setattr(slurm, "_run", answer)
+    monkeypatch.setattr(slurm, "_squeue", {})
+    assert job_state(cell) == "PENDING"  # the latest run's
+    assert slurm.job_note(cell) == (
+        "node n2 failed at 2026-11-26 01:39:15: SLURM ended the job (NODE_FAIL)"
+    )
+    assert set(asked) == {"/etc/slurm/two/slurm.conf"}  # the cluster the job went to
+    (logs / "77_0_log.err").unlink()  # srun said nothing: the job's nodes
+    assert slurm.job_note(cell).startswith("a node of n[1-2] failed at 2026-11-26 01:39:15")
+
+
 def test_a_cell_never_submitted_has_no_job_state(tmp_path: Path) -> None:
     assert job_state(tmp_path) is None
     (tmp_path / JOB_FILE).write_text("{not json")
