@@ -83,7 +83,7 @@ def cell_row(run_dir: Path, *, shots: int = 5, job_state=None, job_note=None) ->
         note = (
             f"retry queued (SLURM {scheduler}){f'; {resume}' if resume else ''}; last error: {note}"
         )
-    if job_note and (event := job_note(run_dir)):
+    if job_note and status != rf.STATUS_DONE and (event := job_note(run_dir)):
         note = f"{event}; {note}" if note else event
     return CellRow(
         grid=str(config.get("grid") or run_dir.parent.name),
