@@ -24,6 +24,13 @@ Time limits and preemption
     cgroup every process of the step gets the signal, and SIGUSR2 would kill the trainer
     (which only handles SIGUSR1 and SIGTERM). A preemption by SLURM itself (SIGTERM, then
     SLURM requeues the job) takes the same route without submitit.
+
+A lost node
+    The other nodes' trainers fail at their next collective (the peer's sockets closed) or
+    wait in it until SLURM, having marked the node DOWN after ``SlurmdTimeout``, ends the
+    job (NODE_FAIL: SIGTERM, SIGKILL after ``KillWait``); ``--kill-on-bad-exit`` ends the
+    rest at once. With ``--requeue`` the job waits for nodes and the cell resumes from its
+    last complete checkpoint; :func:`job_note` tells ``vitscale status`` which node failed.
 """
 
 from __future__ import annotations
