@@ -125,6 +125,27 @@ def _wait(what: str, predicate, *, timeout_s: float, debug) -> object:
     pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}\n{debug()}", pytrace=False)
 
 
+def _runs_of(job_id: str) -> list[str]:
+    """The final state of every run of a job in accounting, requeued ones first."""
+    out = two(
+        "sacct", "--jobs", job_id, "--duplicates", "--allocations", "--noheader",
+        "--parsable2", "--format=JobID,State",
+    ).stdout  # fmt: skip
+    return [
+        line.split("|")[1].split()[0] for line in out.splitlines() if line.startswith(f"{job_id}|")
+    ]
+
+
+def _ended(job_id: str, debug) -> None:
+    """Wait until the job of a finished cell leaves the queue (its processes exit)."""
+    _wait(
+        "the job to leave the queue",
+        lambda: not two("squeue", "--noheader", "--jobs", job_id).stdout.strip(),
+        timeout_s=60,
+        debug=debug,
+    )
+
+
 def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
     state = run_dir / rf.CHECKPOINTS / f"step_{STEPS:09d}" / "state.pt"
     return torch.load(state, map_location="cpu", weights_only=True)["model"]
@@ -189,6 +210,7 @@ def test_a_cell_over_both_nodes_survives_a_preemption_and_matches_one_node(
             timeout_s=240,
             debug=debug,
         )
+        _ended(job_id, debug)
         _, err = ref.communicate(timeout=240)
         assert ref.returncode == 0, err[-3000:]
     finally:
@@ -202,6 +224,13 @@ def test_a_cell_over_both_nodes_survives_a_preemption_and_matches_one_node(
     assert 0 < int(stopped) < STEPS, log
     assert re.findall(r"resumed from \S+ \(step (\d+), restart 1\)", log) == [stopped], log
     assert "DataLoader worker" not in log + rank1
+    # Each node's trainer stopped at that checkpoint (exit 75: checkpointed after a signal),
+    # as its task's submitit log says; none failed.
+    tasks = runs / "two-nodes" / ".slurm" / job_id
+    for task in (0, 1):
+        said = (tasks / f"{job_id}_{task}_log.out").read_text()
+        assert "(exit 75)" in said and "CellFailed" not in said, said
+    assert _runs_of(job_id) == ["REQUEUED", "COMPLETED"]
     ours, theirs = rf.read_json(cell / rf.RESULT), rf.read_json(reference / rf.RESULT)
     assert ours["num_processes"] == theirs["num_processes"] == 2
     assert ours["restarts"] == 1 and theirs["restarts"] == 0
@@ -319,9 +348,11 @@ def test_a_lost_node_ends_the_job_and_the_cell_resumes_when_it_returns(
             timeout_s=240,
             debug=debug,
         )
+        _ended(job_id, debug)
     finally:
         two("scancel", job_id)
 
+    assert _runs_of(job_id) == ["NODE_FAIL", "COMPLETED"]
     log = (cell / "log.txt").read_text()
     assert re.findall(r"resumed from \S+ \(step (\d+), restart 1\)", log) == [str(resume_step)]
     result = rf.read_json(cell / rf.RESULT)
