@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 # The suite runs as two pytest processes, one per core: the SLURM and fault-injection tests
 # (real clusters, signals and subprocesses, often waiting) beside all the others; both logs
 # are printed and either failing fails `make test`. With PYTEST_ARGS, one process runs them.
-PARALLEL_GROUP := tests/faults tests/test_slurm_grid.py tests/test_local_cluster.py
+PARALLEL_GROUP := tests/faults tests/test_slurm_grid.py tests/test_local_cluster.py tests/test_two_nodes.py
 test: $(STAMP) cluster
 ifeq ($(strip $(PYTEST_ARGS)),)
 	@log=$$(mktemp); \
@@ -36,10 +36,14 @@ else
 	$(PY) -m pytest $(PYTEST_ARGS)
 endif
 
-# The local single-node SLURM the `slurm` tests submit to (slurm/local-cluster.sh; idempotent,
-# under a second when it already runs). It needs root; without it the SLURM tests skip.
+# The local SLURM clusters the `slurm` tests submit to (slurm/local-cluster.sh; idempotent,
+# under a second when they already run): the single-node one and the two-node one beside it
+# (tests/test_two_nodes.py brings the latter down when it is done; where it cannot start,
+# those tests say why and the rest of the suite runs). It needs root; without it the SLURM
+# tests skip.
 cluster:
-	@if [ "$$(id -u)" -eq 0 ]; then slurm/local-cluster.sh up; \
+	@if [ "$$(id -u)" -eq 0 ]; then slurm/local-cluster.sh up && { slurm/local-cluster.sh up --nodes 2 || \
+	  echo "make cluster: the two-node cluster did not start; tests/test_two_nodes.py will fail"; }; \
 	else echo "make cluster: skipped: slurm/local-cluster.sh up needs root (installs packages," \
 	  "starts daemons); the SLURM tests will skip (in CI, with CI=true, they fail instead)"; fi
 
@@ -63,9 +67,26 @@ demo: $(STAMP)
 	$(VENV)/bin/vitscale grid experiments/demo.yaml --executor local --workers $(WORKERS) --runs $(RUNS)
 	@$(MAKE) --no-print-directory report GRID=demo
 
+# The demo through the local SLURM: on the single-node cluster, or with NODES=2 every cell
+# over both nodes of the two-node one (one process per node, gloo between them: the demo's
+# grid with `resources: {default: {nodes: 2}}`), which is brought down again afterwards.
+NODES ?= 1
+TWO_CONF := /etc/slurm/two/slurm.conf
 demo-slurm: $(STAMP)
+ifeq ($(NODES),1)
 	slurm/local-cluster.sh up
 	$(VENV)/bin/vitscale grid experiments/demo.yaml --executor slurm --profile slurm/profiles/local.yaml --runs $(RUNS) --wait
+else ifeq ($(NODES),2)
+	slurm/local-cluster.sh up --nodes 2
+	@mkdir -p $(RUNS); grid=$(RUNS)/demo-nodes2.yaml; \
+	{ cat experiments/demo.yaml; echo 'resources: {default: {nodes: 2}}'; } >$$grid; \
+	echo "$$grid: experiments/demo.yaml, every cell over 2 nodes"; \
+	SLURM_CONF=$(TWO_CONF) $(VENV)/bin/vitscale grid $$grid --executor slurm \
+	  --profile slurm/profiles/local2.yaml --runs $(RUNS) --wait; code=$$?; \
+	slurm/local-cluster.sh down --nodes 2; exit $$code
+else
+	@echo "make demo-slurm: NODES=$(NODES): the local clusters have 1 or 2 nodes" >&2; exit 2
+endif
 	@$(MAKE) --no-print-directory report GRID=demo
 
 demo-report: report

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# A real single-node SLURM cluster on this machine, for tests and demos.
+# A real single-node SLURM cluster on this machine, for tests and demos; and beside it, on
+# request, a real two-node one.
 #
 #   slurm/local-cluster.sh up              install (apt), configure and start everything,
 #                                          then wait until the node is idle and sacct answers
-#   slurm/local-cluster.sh down [--purge]  stop the daemons; --purge also cancels all jobs and
-#                                          deletes the job state, logs and accounting database
-#   slurm/local-cluster.sh status          which daemons run, the node, the queue
+#   slurm/local-cluster.sh up --nodes 2    the same, then the two-node cluster beside it
+#   slurm/local-cluster.sh down [--purge]  stop the daemons (the two-node cluster's too);
+#                                          --purge also cancels all jobs and deletes the job
+#                                          state, logs and accounting database
+#   slurm/local-cluster.sh down --nodes 2 [--purge]
+#                                          only the two-node cluster: its daemons, every
+#                                          process left in its nodes, its namespaces and links
+#   slurm/local-cluster.sh status          which daemons run, the nodes, the queue
 #
 # Debian 12 (bookworm), as root, with or without an init system: apt is kept from starting
 # services, the daemons are started here and stopped through their pid files. Both `up` and
@@ -15,8 +21,20 @@
 # need no environment), rendered from slurm/local/*.conf.in; job state, the MariaDB data
 # and the logs under /var/lib/vitscale-slurm; pid files and the DB socket in
 # /run/vitscale-slurm.
+#
+# The two-node cluster (`--nodes 2`): cluster `vitscale2`, partition `two`, nodes n1 and n2.
+# Each node is a slurmd in a network namespace of its own (`vitscale-n1`, `vitscale-n2`),
+# with its own address (10.231.0.11, .12), hostname and /etc/hosts, linked by a veth pair
+# to a bridge on the host (`vitscale-br0`, 10.231.0.1) where its own slurmctld listens
+# (port 6827). It shares munge, slurmdbd and the filesystem with the single-node cluster,
+# whose configuration and daemons it never touches; clients reach it with
+# SLURM_CONF=/etc/slurm/two/slurm.conf. Its state, pid files and logs are in `two/` under
+# the directories above.
 set -euo pipefail
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# SLURM's commands here speak to the single-node cluster unless told (`two` below), also
+# when the caller's environment points them at the two-node one.
+unset SLURM_CONF
 
 readonly CLUSTER=vitscale
 readonly PARTITION=debug
@@ -34,6 +52,23 @@ readonly TEMPLATES="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/local"
 readonly MUNGE_PID=/run/munge/munged.pid
 readonly WAIT_S=60
 launched=0 # set when `up` starts a daemon
+
+# The two-node cluster (header). Only addresses of its own subnet and loopback are used.
+readonly TWO_CLUSTER=vitscale2
+readonly TWO_PARTITION=two
+readonly TWO_NODES=(n1 n2)
+readonly TWO_STATE=$STATE/two
+readonly TWO_LOGS=$LOGS/two
+readonly TWO_RUN=$RUN/two
+readonly TWO_ETC=$ETC/two
+readonly TWO_CONF=$TWO_ETC/slurm.conf
+readonly TWO_CTLD_PORT=6827
+readonly TWO_FIRST_JOB_ID=1000000
+# Seconds without an answer from a node's slurmd before slurmctld marks it DOWN.
+readonly TWO_SLURMD_TIMEOUT=10
+readonly SUBNET=10.231.0
+readonly BRIDGE=vitscale-br0
+readonly BRIDGE_ADDR=$SUBNET.1
 
 say() { printf 'local-cluster: %s\n' "$*"; }
 
@@ -70,9 +105,11 @@ wait_for() {
   done
 }
 
+# install_packages [PACKAGE...]: those missing of the given (default: PACKAGES).
 install_packages() {
-  local p missing=()
-  for p in "${PACKAGES[@]}"; do
+  local p missing=() wanted=("${PACKAGES[@]}")
+  (($#)) && wanted=("$@")
+  for p in "${wanted[@]}"; do
     [[ $(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null) == installed ]] || missing+=("$p")
   done
   ((${#missing[@]})) || return 0
@@ -119,16 +156,32 @@ make_dirs() {
   fi
 }
 
+# install_if_changed TMP DEST MODE OWNER: move TMP to DEST (with that mode and owner)
+# unless DEST already is that; returns 0 when it wrote something.
+install_if_changed() {
+  if cmp -s "$1" "$2" && [[ $(stat -c '%a %U' "$2") == "$3 $4" ]]; then
+    rm -f "$1"
+    return 1
+  fi
+  install -m "$3" -o "$4" -g "$4" "$1" "$2"
+  rm -f "$1"
+}
+
+# Memory slurmd may hand out, in MiB: leave the OS and the daemons 10 % (at least 512 MiB),
+# since slurmd drains a node whose RealMemory is more than it finds.
+real_memory_mib() {
+  local mem_mib margin
+  mem_mib=$(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo)
+  margin=$((mem_mib / 10 > 512 ? mem_mib / 10 : 512))
+  echo $((mem_mib - margin))
+}
+
 # render TEMPLATE DEST MODE OWNER: write DEST from TEMPLATE if it differs; returns 0 when
 # it wrote something.
 render() {
-  local mem_mib margin real cpus tmp
+  local real cpus tmp
   cpus=$(nproc)
-  mem_mib=$(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo)
-  # Leave the OS and the daemons 10 % (at least 512 MiB): slurmd drains a node whose
-  # RealMemory is more than it finds.
-  margin=$((mem_mib / 10 > 512 ? mem_mib / 10 : 512))
-  real=$((mem_mib - margin))
+  real=$(real_memory_mib)
   tmp=$(mktemp)
   sed -e "s|@CLUSTER@|$CLUSTER|g" -e "s|@PARTITION@|$PARTITION|g" \
     -e "s|@HOST@|$(hostname -s)|g" -e "s|@CPUS@|$cpus|g" -e "s|@REAL_MEMORY@|$real|g" \
@@ -136,12 +189,7 @@ render() {
     -e "s|@LOGS@|$LOGS|g" -e "s|@RUN@|$RUN|g" -e "s|@DBD_PORT@|$DBD_PORT|g" \
     -e "s|@DB_PORT@|$DB_PORT|g" -e "s|@DB_PASS@|$(cat "$DB_PASS_FILE")|g" \
     "$TEMPLATES/$1" >"$tmp"
-  if cmp -s "$tmp" "$2" && [[ $(stat -c '%a %U' "$2") == "$3 $4" ]]; then
-    rm -f "$tmp"
-    return 1
-  fi
-  install -m "$3" -o "$4" -g "$4" "$tmp" "$2"
-  rm -f "$tmp"
+  install_if_changed "$tmp" "$2" "$3" "$4"
 }
 
 write_configs() {
@@ -241,19 +289,19 @@ alive() {
   [[ ${stat##*) } != Z* ]]
 }
 
-# stop NAME PIDFILE: SIGTERM (daemons save their state), SIGKILL after 30 s.
+# stop NAME PIDFILE [LABEL]: SIGTERM (daemons save their state), SIGKILL after 30 s.
 stop() {
-  local pid
+  local pid label=${3:-$1}
   pid=$(running_pid "$2" "$1") || return 0
   kill -TERM "$pid" 2>/dev/null || true
   local deadline=$((SECONDS + 30))
   while alive "$pid" && ((SECONDS < deadline)); do sleep 0.1; done
   if alive "$pid"; then
-    say "$1 ($pid) ignored SIGTERM for 30 s; killing it"
+    say "$label ($pid) ignored SIGTERM for 30 s; killing it"
     kill -KILL "$pid" 2>/dev/null || true
   fi
   rm -f "$2"
-  say "stopped $1 ($pid)"
+  say "stopped $label ($pid)"
 }
 
 stop_slurm() {
@@ -262,14 +310,263 @@ stop_slurm() {
   stop slurmdbd "$RUN/slurmdbd.pid"
 }
 
+# ---------------------------------------------------------------- the two-node cluster
+
+node_addr() { echo "$SUBNET.$((10 + ${1#n}))"; } # n1 -> 10.231.0.11
+netns_of() { echo "vitscale-$1"; }               # its network namespace, and its veth on the host
+two() { SLURM_CONF=$TWO_CONF "$@"; }             # a SLURM command for the two-node cluster
+
+render_two() {
+  local cpus real tmp
+  cpus=$(nproc)
+  # The nodes share the machine: each offers every CPU (as the host node does) and its
+  # share of the memory.
+  real=$(($(real_memory_mib) / ${#TWO_NODES[@]}))
+  tmp=$(mktemp)
+  sed -e "s|@CLUSTER@|$TWO_CLUSTER|g" -e "s|@PARTITION@|$TWO_PARTITION|g" \
+    -e "s|@HOST@|$(hostname -s)|g" -e "s|@BRIDGE_ADDR@|$BRIDGE_ADDR|g" \
+    -e "s|@CTLD_PORT@|$TWO_CTLD_PORT|g" -e "s|@FIRST_JOB_ID@|$TWO_FIRST_JOB_ID|g" \
+    -e "s|@SLURMD_TIMEOUT@|$TWO_SLURMD_TIMEOUT|g" -e "s|@CONF@|$TWO_CONF|g" \
+    -e "s|@CPUS@|$cpus|g" -e "s|@REAL_MEMORY@|$real|g" \
+    -e "s|@DEF_MEM_PER_CPU@|$((real / cpus))|g" -e "s|@STATE@|$TWO_STATE|g" \
+    -e "s|@LOGS@|$TWO_LOGS|g" -e "s|@RUN@|$TWO_RUN|g" -e "s|@DBD_PORT@|$DBD_PORT|g" \
+    -e "s|@N1_ADDR@|$(node_addr n1)|g" -e "s|@N2_ADDR@|$(node_addr n2)|g" \
+    "$TEMPLATES/two.conf.in" >"$tmp"
+  install_if_changed "$tmp" "$TWO_CONF" 644 root
+}
+
+# The subnet must be the two-node cluster's alone: refuse it when an interface other than
+# the bridge has an address in it or a route to it.
+check_subnet() {
+  local used
+  used=$( {
+    ip -4 -o addr show to "$SUBNET.0/24" | awk '{print $2}'
+    ip -4 route show to match "$(node_addr n1)" | awk '$1 != "default" {for (i = 1; i < NF; i++) if ($i == "dev") print $(i + 1)}'
+  } | { grep -vx -e "$BRIDGE" -e lo || true; } | sort -u | tr '\n' ' ')
+  [[ -z $used ]] || die "$SUBNET.0/24 is already in use on this machine (by: $used);" \
+    "the two-node cluster needs that subnet for itself"
+}
+
+net_up() {
+  check_subnet
+  ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
+  ip -4 -o addr show dev "$BRIDGE" | grep -q " $BRIDGE_ADDR/24 " ||
+    ip addr add "$BRIDGE_ADDR/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  local node ns addr
+  for node in "${TWO_NODES[@]}"; do
+    ns=$(netns_of "$node")
+    addr=$(node_addr "$node")
+    [[ -e /run/netns/$ns ]] || ip netns add "$ns"
+    # A veth pair: one end on the bridge, the other the node's eth0.
+    ip link show "$ns" >/dev/null 2>&1 || ip link add "$ns" type veth peer name eth0 netns "$ns"
+    ip link set "$ns" master "$BRIDGE" up
+    # `nsenter --net`, not `ip netns exec`: the latter remounts /sys, which hides the cgroup
+    # filesystem from what it starts (slurmd exits over that).
+    nsenter --net="/run/netns/$ns" sh -ec "
+      ip link set lo up
+      ip -4 -o addr show dev eth0 | grep -q ' $addr/24 ' || ip addr add $addr/24 dev eth0
+      ip link set eth0 up"
+  done
+}
+
+# Every process in a node's network namespace (its slurmd, job steps, tasks): SIGTERM,
+# SIGKILL after 10 s; returns once none is left.
+end_processes_in() {
+  local node=$1 ns pids pid left
+  ns=$(netns_of "$node")
+  [[ -e /run/netns/$ns ]] || return 0
+  pids=$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')
+  [[ -n ${pids// /} ]] || return 0
+  # shellcheck disable=SC2086
+  kill -TERM $pids 2>/dev/null || true
+  local deadline=$((SECONDS + 10))
+  while ((SECONDS < deadline)); do
+    left=()
+    for pid in $pids; do alive "$pid" && left+=("$pid"); done
+    ((${#left[@]})) || break
+    sleep 0.1
+  done
+  for pid in $pids; do alive "$pid" && kill -KILL "$pid" 2>/dev/null; done
+  deadline=$((SECONDS + 10))
+  for pid in $pids; do
+    while alive "$pid" && ((SECONDS < deadline)); do sleep 0.1; done
+  done
+  say "ended $(wc -w <<<"$pids") process(es) left on $node"
+}
+
+net_down() {
+  local node ns
+  for node in "${TWO_NODES[@]}"; do
+    ns=$(netns_of "$node")
+    end_processes_in "$node"
+    ! ip link show "$ns" >/dev/null 2>&1 || ip link del "$ns"
+    [[ ! -e /run/netns/$ns ]] || ip netns del "$ns"
+  done
+  ! ip link show "$BRIDGE" >/dev/null 2>&1 || ip link del "$BRIDGE"
+}
+
+# A node's view of the machine: its own /etc/hosts (names resolve to the bridge's
+# addresses: gloo resolves a node's hostname to find its own address) and a resolver on
+# loopback (the host's DNS is out of reach from the namespace: lookups fail at once
+# instead of after a 10 s timeout).
+node_files() {
+  local dir=$TWO_RUN/$1 n
+  install -d -m 755 "$dir"
+  {
+    echo "127.0.0.1 localhost"
+    echo "$BRIDGE_ADDR $(hostname -s)"
+    for n in "${TWO_NODES[@]}"; do echo "$(node_addr "$n") $n"; done
+  } >"$dir/hosts"
+  echo "nameserver 127.0.0.1" >"$dir/resolv.conf"
+}
+
+two_ctld_up() { two scontrol ping 2>/dev/null | grep -q 'is UP'; }
+
+start_two_ctld() {
+  if ! sacctmgr --noheader --parsable2 list cluster format=cluster | grep -qx "$TWO_CLUSTER"; then
+    sacctmgr --immediate add cluster "$TWO_CLUSTER" >/dev/null ||
+      die "could not register cluster $TWO_CLUSTER with slurmdbd" "$LOGS/slurmdbd.log"
+  fi
+  if ! running_pid "$TWO_RUN/slurmctld.pid" slurmctld >/dev/null; then
+    launched=1
+    /usr/sbin/slurmctld -f "$TWO_CONF" </dev/null >/dev/null 2>&1 9>&- ||
+      die "slurmctld of $TWO_CLUSTER did not start" "$TWO_LOGS/slurmctld.log"
+  fi
+  wait_for "$WAIT_S" two_ctld_up ||
+    die "slurmctld of $TWO_CLUSTER does not answer" "$TWO_LOGS/slurmctld.log"
+}
+
+# A node's slurmd: in the node's network namespace (nsenter --net) and in a UTS and mount
+# namespace of its own (its hostname, its /etc/hosts and resolv.conf), which every job
+# step it starts inherits.
+start_node() {
+  local node=$1 pidfile=$TWO_RUN/slurmd-$1.pid
+  running_pid "$pidfile" slurmd >/dev/null && return 0
+  rm -f "$pidfile" # a SIGKILLed slurmd leaves its pid file behind
+  node_files "$node"
+  launched=1
+  nsenter --net="/run/netns/$(netns_of "$node")" \
+    unshare --uts --mount --propagation slave -- sh -ec "
+      hostname $node
+      mount --bind $TWO_RUN/$node/hosts /etc/hosts
+      mount --bind $TWO_RUN/$node/resolv.conf /etc/resolv.conf
+      exec /usr/sbin/slurmd -f $TWO_CONF -N $node" </dev/null >/dev/null 2>&1 9>&- ||
+    die "slurmd of $node did not start" "$TWO_LOGS/slurmd-$node.log"
+}
+
+two_node_state() { two sinfo --noheader --nodes="$1" --format=%T 2>/dev/null; }
+
+two_nodes_ready() {
+  local node
+  for node in "${TWO_NODES[@]}"; do
+    [[ $(two_node_state "$node") =~ ^(idle|mixed|allocated|completing)$ ]] || return 1
+  done
+}
+
+stop_two() {
+  local node
+  for node in "${TWO_NODES[@]}"; do
+    stop slurmd "$TWO_RUN/slurmd-$node.pid" "slurmd of $node"
+  done
+  stop slurmctld "$TWO_RUN/slurmctld.pid" "slurmctld of $TWO_CLUSTER"
+}
+
+two_up() {
+  local started=$SECONDS node
+  launched=0
+  install_packages iproute2 util-linux
+  install -d -m 755 "$TWO_ETC" "$TWO_STATE"
+  install -d -m 755 -o slurm -g slurm "$TWO_LOGS" "$TWO_STATE/slurmctld" "$TWO_RUN"
+  [[ -e $TWO_LOGS/slurmctld.log ]] || install -m 640 -o slurm -g slurm /dev/null "$TWO_LOGS/slurmctld.log"
+  if render_two; then
+    say "configuration written to $TWO_CONF"
+    stop_two
+  fi
+  net_up
+  start_two_ctld
+  for node in "${TWO_NODES[@]}"; do start_node "$node"; done
+  if ! wait_for 10 two_nodes_ready; then
+    for node in "${TWO_NODES[@]}"; do
+      [[ $(two_node_state "$node") =~ ^(idle|mixed|allocated|completing)$ ]] && continue
+      say "node $node is '$(two_node_state "$node")'; resuming it"
+      two scontrol update NodeName="$node" State=RESUME >/dev/null 2>&1 || true
+    done
+    wait_for "$WAIT_S" two_nodes_ready || die "nodes of $TWO_CLUSTER: $(two sinfo --noheader \
+--Node --format='%N %T %E' | tr '\n' ';')" "$TWO_LOGS/slurmd-n1.log"
+  fi
+  local how="already up"
+  ((launched)) && how="up in $((SECONDS - started)) s"
+  say "cluster '$TWO_CLUSTER' $how: nodes n1 ($(node_addr n1)) and n2 ($(node_addr n2))," \
+    "partition '$TWO_PARTITION'; use it with SLURM_CONF=$TWO_CONF"
+}
+
+two_down() {
+  local purge=$1
+  if ((purge)) && two_ctld_up; then
+    two scancel --partition="$TWO_PARTITION" 2>/dev/null || true
+    wait_for 60 test -z "$(two squeue --noheader 2>/dev/null)" ||
+      say "jobs still in the queue of $TWO_CLUSTER after 60 s: $(two squeue --noheader | wc -l)"
+  fi
+  stop_two
+  net_down
+  if ((purge)); then
+    rm -rf "$TWO_STATE" "$TWO_ETC" "$TWO_LOGS" "$TWO_RUN"
+    say "removed the state, configuration and logs of $TWO_CLUSTER"
+  fi
+}
+
+# Whether anything of the two-node cluster is there: a daemon or a namespace.
+two_present() {
+  local node
+  running_pid "$TWO_RUN/slurmctld.pid" slurmctld >/dev/null && return 0
+  ip link show "$BRIDGE" >/dev/null 2>&1 && return 0
+  for node in "${TWO_NODES[@]}"; do
+    [[ -e /run/netns/$(netns_of "$node") ]] && return 0
+    running_pid "$TWO_RUN/slurmd-$node.pid" slurmd >/dev/null && return 0
+  done
+  return 1
+}
+
+# parse_options COMMAND ARGS...: sets `nodes` (--nodes N: 1 or 2) and `purge` (--purge, for
+# down only).
+parse_options() {
+  local command=$1 valid="--nodes 2"
+  shift
+  [[ $command == down ]] && valid+=", --purge"
+  nodes=1 purge=0
+  while (($#)); do
+    case $1 in
+    --nodes)
+      [[ ${2:-} =~ ^[12]$ ]] || die "--nodes takes 1 (the single-node cluster) or 2 (the" \
+        "two-node cluster beside it), got '${2:-}'"
+      nodes=$2
+      shift 2
+      ;;
+    --purge)
+      [[ $command == down ]] || die "unknown option '$1' for $command; valid: $valid"
+      purge=1
+      shift
+      ;;
+    *) die "unknown option '$1' for $command; valid: $valid" ;;
+    esac
+  done
+}
+
+# Concurrent `up`s and `down`s (make, pytest) take turns. The daemons must not inherit fd
+# 9 (hence the `9>&-` where they start), or the lock would outlive this script.
+take_lock() {
+  install -d -m 755 "$RUN"
+  exec 9>"$RUN/lock"
+  flock --wait 600 9 || die "another 'up' or 'down' has held $RUN/lock for 10 minutes"
+}
+
 cmd_up() {
   need_root up
-  local started=$SECONDS
+  local nodes purge started=$SECONDS
+  parse_options up "$@"
   install -d -m 755 "$RUN" "$STATE" "$LOGS"
-  # Concurrent `up`s (make, pytest) take turns. The daemons must not inherit fd 9 (hence
-  # the `9>&-` where they start), or the lock would outlive this script.
-  exec 9>"$RUN/lock"
-  flock --wait 600 9 || die "another 'up' has held $RUN/lock for 10 minutes"
+  take_lock
   install_packages
   make_dirs
   if write_configs; then
@@ -286,16 +583,18 @@ cmd_up() {
   ((launched)) && how="up in $((SECONDS - started)) s"
   say "cluster '$CLUSTER' $how: node $(hostname -s) ($(nproc) CPUs)," \
     "partition '$PARTITION'; logs in $LOGS"
+  ((nodes == 1)) || two_up
 }
 
 cmd_down() {
   need_root down
-  local purge=0
-  case ${1:-} in
-  '') ;;
-  --purge) purge=1 ;;
-  *) die "unknown option '$1' for down; valid: --purge" ;;
-  esac
+  local nodes purge
+  parse_options down "$@"
+  take_lock
+  if two_present || ((nodes == 2 && purge)); then
+    two_down "$purge"
+  fi
+  ((nodes == 1)) || return 0
   if ((purge)) && ctld_up; then
     scancel --partition="$PARTITION" 2>/dev/null || true
     wait_for 60 test -z "$(squeue --noheader 2>/dev/null)" ||
@@ -308,13 +607,13 @@ cmd_down() {
   stop mariadbd "$RUN/mariadb/mariadb.pid"
   stop munged "$MUNGE_PID"
   if ((purge)); then
-    rm -rf "$STATE" "$ETC/slurm.conf" "$ETC/slurmdbd.conf"
+    rm -rf "$STATE" "$ETC/slurm.conf" "$ETC/slurmdbd.conf" "$TWO_ETC"
     say "removed $STATE and the configs in $ETC"
   fi
 }
 
 cmd_status() {
-  local name file all=0 pid
+  local name file all=0 pid node
   for name in munged:$MUNGE_PID mariadbd:$RUN/mariadb/mariadb.pid \
     slurmdbd:$RUN/slurmdbd.pid slurmctld:$RUN/slurmctld.pid slurmd:$RUN/slurmd.pid; do
     file=${name#*:}
@@ -332,16 +631,43 @@ cmd_status() {
     echo
     squeue
   fi
+  if two_present; then
+    printf '\ncluster %s (SLURM_CONF=%s):\n' "$TWO_CLUSTER" "$TWO_CONF"
+    for name in "slurmctld:$TWO_RUN/slurmctld.pid:" "slurmd:$TWO_RUN/slurmd-n1.pid:n1" \
+      "slurmd:$TWO_RUN/slurmd-n2.pid:n2"; do
+      IFS=: read -r name file node <<<"$name"
+      if pid=$(running_pid "$file" "$name"); then
+        printf '%-10s %-3s running (pid %s)\n' "$name" "$node" "$pid"
+      else
+        printf '%-10s %-3s stopped\n' "$name" "$node"
+        all=3
+      fi
+    done
+    for node in "${TWO_NODES[@]}"; do
+      if [[ -e /run/netns/$(netns_of "$node") ]]; then
+        printf 'namespace  %-3s %s, %s\n' "$node" "$(netns_of "$node")" "$(node_addr "$node")"
+      else
+        printf 'namespace  %-3s missing\n' "$node"
+        all=3
+      fi
+    done
+    if two_ctld_up; then
+      echo
+      two sinfo --Node --long
+      echo
+      two squeue
+    fi
+  fi
   printf '\nlogs: %s\n' "$LOGS"
   return $all
 }
 
 case ${1:-} in
-up) cmd_up ;;
+up) cmd_up "${@:2}" ;;
 down) cmd_down "${@:2}" ;;
 status) cmd_status ;;
 *)
-  echo "usage: $0 up | down [--purge] | status" >&2
+  echo "usage: $0 up [--nodes 2] | down [--nodes 2] [--purge] | status" >&2
   exit 2
   ;;
 esac

@@ -31,7 +31,14 @@ from vitscale import record as rf
 from vitscale.cli import main
 from vitscale.grid.plan import JOB_FILE
 from vitscale.grid.profile import Shape, SlurmError, load_profile, shape_for
-from vitscale.grid.slurm import ACTIVE_STATES, distributed_env, executor_parameters, job_state
+from vitscale.grid.slurm import (
+    ACTIVE_STATES,
+    EPHEMERAL_PORTS,
+    distributed_env,
+    executor_parameters,
+    job_state,
+    master_port,
+)
 
 from .helpers.cluster import ensure_cluster
 
@@ -107,6 +114,8 @@ def test_gpu_cells_get_one_task_per_gpu_and_the_profile_options() -> None:
     # and leaves every GPU of the node visible: each task takes cuda:LOCAL_RANK.
     (srun,) = [line for line in script.splitlines() if line.startswith("srun ")]
     assert "--cpus-per-task=14" in srun.split() and "--gpu-bind=none" in srun.split()
+    # A task that fails ends the job's other tasks (on every node) at once.
+    assert "--kill-on-bad-exit=1" in srun.split()
 
 
 def test_cpu_cells_default_to_one_cpu_and_the_profile_time_limit() -> None:
@@ -164,8 +173,54 @@ def test_distributed_env_comes_from_submitits_job_environment(
         "LOCAL_WORLD_SIZE": "8",
         "NODE_RANK": "1",
         "MASTER_ADDR": "gpu007",  # the first node hosts rank 0
-        "MASTER_PORT": str(20000 + 4242 % 40000),
+        "MASTER_PORT": "24242",
     }
+
+
+def test_master_port_stays_out_of_linuxs_ephemeral_range() -> None:
+    low, high = EPHEMERAL_PORTS
+    assert (low, high) == (32768, 60999)
+    assert master_port(4242) == 24242
+    assert master_port(12767) == 32767  # the last port below the range...
+    assert master_port(12768) == 61000  # ...then the ones above it
+    assert master_port(17303) == 65535
+    assert master_port(17304) == master_port(0) == 20000  # and round again
+    ports = [master_port(job_id) for job_id in range(1_000_000, 1_040_000)]
+    assert all(20000 <= p < low or high < p <= 65535 for p in ports)
+    assert len(set(ports[:17304])) == 17304  # consecutive jobs never share a port
+    assert master_port(4242, ephemeral=(30000, 40000)) == 24242
+    assert master_port(10000, ephemeral=(30000, 40000)) == 40000 + 1
+
+
+def test_a_node_failure_is_named_from_accounting_and_srun_on_the_jobs_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vitscale.grid import slurm
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "77_0_log.err").write_text("srun: error: Node failure on n2\n")
+    cell = tmp_path / "cell"
+    cell.mkdir()
+    job = {"job_id": "77", "logs": str(logs), "slurm_conf": "/etc/slurm/two/slurm.conf"}
+    (cell / JOB_FILE).write_text(json.dumps(job))
+    asked = []
+
+    def answer(*args: str, conf: str | None = None) -> str:
+        asked.append(conf)
+        if args[0] == "squeue":
+            return ""  # forgotten by squeue: accounting answers
+        return "77|NODE_FAIL|n[1-2]|2026-11-26T01:39:15\n77|PENDING|None assigned|Unknown\n"
+
+    monkeypatch.setattr(slurm, "_run", answer)
+    monkeypatch.setattr(slurm, "_squeue", {})
+    assert job_state(cell) == "PENDING"  # the latest run's
+    assert slurm.job_note(cell) == (
+        "node n2 failed at 2026-11-26 01:39:15: SLURM ended the job (NODE_FAIL)"
+    )
+    assert set(asked) == {"/etc/slurm/two/slurm.conf"}  # the cluster the job went to
+    (logs / "77_0_log.err").unlink()  # srun said nothing: the job's nodes
+    assert slurm.job_note(cell).startswith("a node of n[1-2] failed at 2026-11-26 01:39:15")
 
 
 def test_a_cell_never_submitted_has_no_job_state(tmp_path: Path) -> None:

@@ -233,9 +233,9 @@ def grid(
 
 
 def status(paths: list[Path], *, shots: int, as_json: bool) -> int:
-    from .slurm import job_state
+    from .slurm import job_note, job_state
 
-    rows, problems = collect(paths, shots=shots, job_state=job_state)
+    rows, problems = collect(paths, shots=shots, job_state=job_state, job_note=job_note)
     if as_json:
         print(
             json.dumps(

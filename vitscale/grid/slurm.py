@@ -24,12 +24,21 @@ Time limits and preemption
     cgroup every process of the step gets the signal, and SIGUSR2 would kill the trainer
     (which only handles SIGUSR1 and SIGTERM). A preemption by SLURM itself (SIGTERM, then
     SLURM requeues the job) takes the same route without submitit.
+
+A lost node
+    The other nodes' trainers fail at their next collective (the peer's sockets closed) or
+    wait in it until SLURM, having marked the node DOWN after ``SlurmdTimeout``, ends the
+    job (NODE_FAIL: SIGTERM, SIGKILL after ``KillWait``); ``--kill-on-bad-exit`` ends the
+    rest at once. With ``--requeue`` the job waits for nodes and the cell resumes from its
+    last complete checkpoint; :func:`job_note` tells ``vitscale status`` which node failed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -88,8 +97,10 @@ def srun_args(shape: Shape) -> list[str]:
     ``--cpus-per-task`` from the allocation to the step, so each task would get one CPU for
     its loader workers and threads. GPUs: every task sees all of its node's GPUs and picks
     ``cuda:LOCAL_RANK`` (what the trainer's Accelerate does); ``--gpu-bind=none`` keeps a
-    cluster default from hiding the others (NCCL's peer-to-peer paths need them visible)."""
-    args = [f"--cpus-per-task={shape.cpus_per_task}"]
+    cluster default from hiding the others (NCCL's peer-to-peer paths need them visible).
+    ``--kill-on-bad-exit=1``: a task that fails ends the others at once, instead of leaving
+    them waiting in a collective for a peer that is gone."""
+    args = [f"--cpus-per-task={shape.cpus_per_task}", "--kill-on-bad-exit=1"]
     if shape.gpus_per_node:
         args.append("--gpu-bind=none")
     return args
@@ -127,12 +138,26 @@ def executor_parameters(shape: Shape, profile: Profile, *, job_name: str) -> dic
 # --------------------------------------------------------------------------- the job
 
 
-def distributed_env(job: Any) -> dict[str, str]:
-    """torch.distributed's environment for this task, from submitit's ``JobEnvironment``.
+# Linux's default range for the ports it picks itself (net.ipv4.ip_local_port_range): a
+# rendezvous port in it may already be held by some outgoing connection on the node.
+EPHEMERAL_PORTS = (32768, 60999)
+MASTER_PORT_MIN = 20000  # above the well-known and most registered services' ports
 
-    The port derives from the job id, so array tasks sharing a node do not collide, and a
-    requeued task (same id) uses the same one.
-    """
+
+def master_port(job_id: int, ephemeral: tuple[int, int] = EPHEMERAL_PORTS) -> int:
+    """Rank 0's rendezvous port for a job: from ``MASTER_PORT_MIN`` up to 65535, never in
+    ``ephemeral``. It derives from the job id, so jobs sharing a node differ (unless their
+    ids are 17,304 apart) and a requeued job (same id) uses the same port."""
+    below = ephemeral[0] - MASTER_PORT_MIN  # 20000-32767
+    above = 65535 - ephemeral[1]  # 61000-65535
+    i = job_id % (below + above)
+    return MASTER_PORT_MIN + i if i < below else ephemeral[1] + 1 + i - below
+
+
+def distributed_env(job: Any) -> dict[str, str]:
+    """torch.distributed's environment for this task, from submitit's ``JobEnvironment``
+    (SLURM's: ``SLURM_PROCID``, ``SLURM_NODEID``, the first node of
+    ``SLURM_JOB_NODELIST`` as the rendezvous host, :func:`master_port` there)."""
     return {
         "RANK": str(job.global_rank),
         "WORLD_SIZE": str(job.num_tasks),
@@ -140,7 +165,7 @@ def distributed_env(job: Any) -> dict[str, str]:
         "LOCAL_WORLD_SIZE": str(job.num_tasks // job.num_nodes),
         "NODE_RANK": str(job.node),
         "MASTER_ADDR": job.hostnames[0],
-        "MASTER_PORT": str(20000 + int(job.raw_job_id) % 40000),
+        "MASTER_PORT": str(master_port(int(job.raw_job_id))),
     }
 
 
@@ -288,6 +313,9 @@ def _record_job(run_dir: Path, job_id: str, *, profile: Profile, logs: Path, sha
             "shape": shape.__dict__,
             "logs": str(logs / job_id),
             "history": history,
+            # The cluster it went to, where SLURM_CONF chose one (the local two-node cluster):
+            # status asks that cluster about the job.
+            **({"slurm_conf": conf} if (conf := os.environ.get("SLURM_CONF")) else {}),
         },
     )
 
@@ -364,50 +392,49 @@ def read_job(run_dir: Path) -> dict[str, Any] | None:
     return job if isinstance(job, dict) and job.get("job_id") else None
 
 
-def _run(*args: str) -> str | None:
-    """A SLURM command's output, or None when SLURM is missing or does not answer."""
+def _run(*args: str, conf: str | None = None) -> str | None:
+    """A SLURM command's output (on the cluster of ``conf``, a SLURM_CONF; default: this
+    machine's), or None when SLURM is missing or does not answer."""
+    env = os.environ | {"SLURM_CONF": conf} if conf else None
     try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
+        done = subprocess.run(
+            args, capture_output=True, text=True, timeout=30, check=False, env=env
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout if done.returncode == 0 else None
 
 
-_squeue: tuple[float, dict[str, str]] | None = None
+_squeue: dict[str | None, tuple[float, dict[str, str]]] = {}
 
 
-def _squeue_states() -> dict[str, str]:
+def _squeue_states(conf: str | None = None) -> dict[str, str]:
     """``{job id: state}`` for this user's queued and running jobs (array tasks one by one)."""
-    global _squeue
-    if _squeue is not None and time.monotonic() - _squeue[0] < SQUEUE_TTL_S:
-        return _squeue[1]
-    out = _run("squeue", "--me", "--array", "--noheader", "--format=%i|%T")
+    if (cached := _squeue.get(conf)) and time.monotonic() - cached[0] < SQUEUE_TTL_S:
+        return cached[1]
+    out = _run("squeue", "--me", "--array", "--noheader", "--format=%i|%T", conf=conf)
     states = {}
     for line in (out or "").splitlines():
         job_id, _, state = line.strip().partition("|")
         if state:
             states[job_id] = state
     if out is not None:
-        _squeue = (time.monotonic(), states)
+        _squeue[conf] = (time.monotonic(), states)
     return states
 
 
-def _sacct_state(job_id: str) -> str | None:
-    """The job's latest state in accounting (after squeue forgot it), e.g. COMPLETED."""
+def _sacct_runs(job_id: str, conf: str | None = None) -> list[tuple[str, str, str]]:
+    """``(state, nodes, end)`` of every run of the job in accounting, requeued ones first."""
     out = _run(
-        "sacct",
-        "--jobs",
-        job_id,
-        "--allocations",
-        "--noheader",
-        "--parsable2",
-        "--format=JobID,State",
-    )
+        "sacct", "--jobs", job_id, "--duplicates", "--allocations", "--noheader",
+        "--parsable2", "--format=JobID,State,NodeList,End", conf=conf,
+    )  # fmt: skip
+    runs = []
     for line in (out or "").splitlines():
-        found, _, state = line.strip().partition("|")
+        found, state, nodes, end = (line.strip().split("|") + ["", "", ""])[:4]
         if found == job_id and state:
-            return state.split()[0]  # "CANCELLED by 0" -> "CANCELLED"
-    return None
+            runs.append((state.split()[0], nodes, end))  # "CANCELLED by 0" -> "CANCELLED"
+    return runs
 
 
 def job_state(run_dir: Path) -> str | None:
@@ -419,8 +446,33 @@ def job_state(run_dir: Path) -> str | None:
     job = read_job(run_dir)
     if job is None:
         return None
+    job_id, conf = str(job["job_id"]), job.get("slurm_conf")
+    if state := _squeue_states(conf).get(job_id):
+        return state
+    runs = _sacct_runs(job_id, conf)
+    return runs[-1][0] if runs else None
+
+
+def job_note(run_dir: Path) -> str:
+    """What befell the cell's latest job, for ``vitscale status``: a node failure (the
+    node that srun saw fail, from the job's log, and when), or ``""``."""
+    job = read_job(run_dir)
+    if job is None:
+        return ""
     job_id = str(job["job_id"])
-    return _squeue_states().get(job_id) or _sacct_state(job_id)
+    failed = [r for r in _sacct_runs(job_id, job.get("slurm_conf")) if r[0] == "NODE_FAIL"]
+    if not failed:
+        return ""
+    _, nodes, end = failed[-1]
+    lost = []
+    for log in sorted(Path(str(job.get("logs", ""))).glob("*_log.err")):
+        with contextlib.suppress(OSError):
+            lost += re.findall(
+                r"srun: error: Node failure on (\S+)", log.read_text(errors="replace")
+            )
+    where = f"node {lost[-1]}" if lost else f"a node of {nodes}"
+    times = "" if len(failed) == 1 else f" ({len(failed)} times)"
+    return f"{where} failed at {end.replace('T', ' ')}{times}: SLURM ended the job (NODE_FAIL)"
 
 
 def is_queued(run_dir: Path) -> bool:

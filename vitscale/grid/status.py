@@ -52,7 +52,7 @@ def _section(config: dict, name: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def cell_row(run_dir: Path, *, shots: int = 5, job_state=None) -> CellRow:
+def cell_row(run_dir: Path, *, shots: int = 5, job_state=None, job_note=None) -> CellRow:
     state = cell_state(run_dir)
     config = rf.read_json(run_dir / rf.CONFIG)
     if not isinstance(config, dict):
@@ -65,13 +65,12 @@ def cell_row(run_dir: Path, *, shots: int = 5, job_state=None) -> CellRow:
         elif scheduler:
             status = STATUS_RUNNING if scheduler in ("RUNNING", "COMPLETING") else STATUS_PENDING
             note = f"SLURM {scheduler}"
+            if status == STATUS_PENDING and (resume := _resumes(run_dir, state)):
+                note += f"; {resume}"
         else:
             status = STATUS_PENDING
-            if checkpoints := rf.complete_checkpoints(run_dir / rf.CHECKPOINTS):
-                step = rf.checkpoint_step(checkpoints[-1])
-                note = f"interrupted; resumes from its checkpoint (step {step})"
-            elif state.last_step is not None:
-                note = "interrupted before its first checkpoint; starts over"
+            if resume := _resumes(run_dir, state):
+                note = resume if resume.startswith("interrupted") else f"interrupted; {resume}"
     queued = ("PENDING", "RUNNING", "REQUEUED")
     if (
         status == rf.STATUS_FAILED
@@ -79,7 +78,13 @@ def cell_row(run_dir: Path, *, shots: int = 5, job_state=None) -> CellRow:
         and job_state
         and ((scheduler := job_state(run_dir)) in queued)
     ):
-        status, note = STATUS_PENDING, f"retry queued (SLURM {scheduler}); last error: {note}"
+        resume = _resumes(run_dir, state)
+        status = STATUS_PENDING
+        note = (
+            f"retry queued (SLURM {scheduler}){f'; {resume}' if resume else ''}; last error: {note}"
+        )
+    if job_note and status != rf.STATUS_DONE and (event := job_note(run_dir)):
+        note = f"{event}; {note}" if note else event
     return CellRow(
         grid=str(config.get("grid") or run_dir.parent.name),
         cell_id=run_dir.name,
@@ -93,14 +98,23 @@ def cell_row(run_dir: Path, *, shots: int = 5, job_state=None) -> CellRow:
     )
 
 
+def _resumes(run_dir: Path, state) -> str:
+    """Where the cell resumes when it runs again."""
+    if checkpoints := rf.complete_checkpoints(run_dir / rf.CHECKPOINTS):
+        return f"resumes from its checkpoint (step {rf.checkpoint_step(checkpoints[-1])})"
+    if state.last_step is not None:
+        return "interrupted before its first checkpoint; starts over"
+    return ""
+
+
 def collect(
-    paths: list[Path], *, shots: int = 5, job_state=None
+    paths: list[Path], *, shots: int = 5, job_state=None, job_note=None
 ) -> tuple[list[CellRow], list[str]]:
     folders, problems = find_run_folders(paths)
     rows = []
     for folder in folders:
         try:
-            rows.append(cell_row(Path(folder), shots=shots, job_state=job_state))
+            rows.append(cell_row(Path(folder), shots=shots, job_state=job_state, job_note=job_note))
         except (RunFolderError, OSError, ValueError, KeyError) as e:
             problems.append(f"{folder}: {e}")
     return rows, [str(p) for p in problems]
