@@ -116,6 +116,21 @@ def test_one_rank_failing_to_load_fails_every_rank_with_its_error(launched):
     assert recorded["status"] == rf.STATUS_FAILED and recorded["error"] == errors[0]
 
 
+def test_a_stopped_finetune_resumes_on_every_rank_from_rank0s_checkpoint(launched):
+    """Fine-tuning stopped by a signal on rank 0 alone, then resumed while rank 1 would
+    see no fine-tuning checkpoint (a lagging listing): both ranks go on from the step rank
+    0's checkpoint holds, and the run ends (reading alone, rank 1 started over: the ranks
+    ran different numbers of steps and hung)."""
+    from ..helpers.ranks_driver import FINETUNE_STOP_AT
+
+    _, seen, output = launched
+    for rank in (0, 1):
+        ft = seen[rank]["finetune"]
+        assert ft["stopped"] == FINETUNE_STOP_AT, output[-3000:]
+        assert ft["resumed_at"] == FINETUNE_STOP_AT, (rank, ft)
+        assert ft["status"] == rf.STATUS_DONE
+
+
 def test_with_data_download_rank0_builds_each_dataset_before_the_others(launched):
     """``data.download``: rank 0 fetches (here: builds, 0.3 s) each dataset while rank 1
     waits, then rank 1 builds from its files; never both into one folder at once."""

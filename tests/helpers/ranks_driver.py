@@ -9,6 +9,10 @@ injected on one rank only, in this process:
 - ``verify fails on rank 1``: resuming it again, rank 1 alone would find the latest
   checkpoint unreadable (a transient read error) if it looked.
 
+Then a run that fine-tunes (``finetune``): rank 0 alone gets SIGUSR1 during fine-tuning
+step 2; resuming it, rank 1 alone would find no fine-tuning checkpoint if it looked (a
+listing that lags on a shared filesystem): the step each rank goes on from.
+
 Last, a run with ``data.download`` is set up and opened (``download``): when each rank
 built its datasets; and the stop signal's group is created as beside NCCL: its timeout.
 
@@ -28,7 +32,7 @@ import torch.nn.functional as F
 
 from vitscale import record as rf
 from vitscale.evals import transfer
-from vitscale.train import Preempted, checkpoint, run, step, train
+from vitscale.train import Preempted, checkpoint, finetune_progress, run, step, train
 from vitscale.train.signals import PreemptionFlag
 
 RANK = int(os.environ.get("RANK", "0"))  # torchrun sets it
@@ -56,9 +60,55 @@ def main(config: dict, out: Path) -> None:
     unreadable = _latest_unreadable(stopped / rf.CHECKPOINTS)
     with _on_rank1(checkpoint, "verify", unreadable), _recording_resume(seen):
         seen["status"] = train(config, stopped).status
+    seen["finetune"] = _finetune_stopped_and_resumed(config, out / "finetune")
     seen["builds"] = _builds_when_downloading(config, out / "download")
     seen["stop_group_timeout_s"] = _stop_group_timeout_beside_nccl()
     (out / f"rank{RANK}.json").write_text(json.dumps(seen))
+
+
+FINETUNE_STOP_AT = 2  # of FINETUNE_STEPS
+FINETUNE_STEPS = 4
+
+
+def _finetune_stopped_and_resumed(config: dict, run_dir: Path) -> dict:
+    """Two pre-training steps, then one fine-tune stopped at step :data:`FINETUNE_STOP_AT`
+    (the signal on rank 0 only) and resumed with rank 1 blind to the fine-tuning
+    checkpoints: the step it stopped at, the step each rank resumed from, the status."""
+    config = config | {
+        "train": config["train"] | {"steps": 2, "checkpoint_every": None},
+        "optim": config["optim"] | {"warmup_steps": 1},
+        "eval": config["eval"]
+        | {
+            "finetune": {
+                "datasets": ["synthetic-textures"],
+                "steps": FINETUNE_STEPS,
+                "batch_size": 16,
+                "lrs": [0.01],
+                "test_examples": 32,
+            }
+        },
+    }
+    seen: dict = {}
+    pretraining = config["train"]["steps"]
+    with _on_rank0(step, "loss_fn", _signal_at(pretraining + FINETUNE_STOP_AT)):
+        try:
+            train(config, run_dir)
+        except Preempted as e:
+            seen["stopped"] = e.step
+    real_resume = finetune_progress.FinetuneProgress.resume
+
+    def resume(self, key):
+        state = real_resume(self, key)
+        seen["resumed_at"] = None if state is None else state["step"]
+        return state
+
+    finetune_progress.FinetuneProgress.resume = resume
+    try:
+        with _on_rank1(checkpoint, "latest", lambda real: lambda directory: None):
+            seen["status"] = train(config, run_dir).status
+    finally:
+        finetune_progress.FinetuneProgress.resume = real_resume
+    return seen
 
 
 def _stop_group_timeout_beside_nccl() -> float:

@@ -12,7 +12,10 @@ repeat the phase in the next slice, so:
   (:mod:`vitscale.train.checkpoint`) and removed once that fine-tune finishes.
 
 Every process agrees on the signal after every step (on the CPU, as in pre-training), so
-they all checkpoint and stop together.
+they all checkpoint and stop together; rank 0 reads what is done and which checkpoint to
+go on from, and every process takes its answer (as in pre-training's resume): processes
+that read alone could disagree after one transient read error, fine-tune from different
+steps and hang at the next collective.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 from .. import record as rf
 from . import checkpoint
+from .runtime import from_rank0
 from .signals import Preempted, PreemptionFlag
 
 FOLDER = "finetune"
@@ -47,7 +51,7 @@ class FinetuneProgress:
         self.preemption = preemption
         self.group = group  # vitscale.train.signals.agreement_group()
         self.clock = clock  # the trainer's progress (elapsed, time per phase, restarts) now
-        saved = read(run_dir)
+        saved = from_rank0(accelerator, read(run_dir) if self._rank == 0 else None)
         self.results: dict[str, float] = dict(saved.get("results", {}))
 
     @property
@@ -66,7 +70,8 @@ class FinetuneProgress:
         self.accelerator.wait_for_everyone()
 
     def resume(self, key: str) -> dict[str, Any] | None:
-        latest = checkpoint.latest(self.directory)
+        mine = checkpoint.latest(self.directory) if self._rank == 0 else None
+        latest = from_rank0(self.accelerator, mine)
         if latest is None:
             return None
         state, _ = checkpoint.load(latest, rank=self._rank)
