@@ -224,12 +224,15 @@ def test_a_cell_over_both_nodes_survives_a_preemption_and_matches_one_node(
     assert 0 < int(stopped) < STEPS, log
     assert re.findall(r"resumed from \S+ \(step (\d+), restart 1\)", log) == [stopped], log
     assert "DataLoader worker" not in log + rank1
-    # Each node's trainer stopped at that checkpoint (exit 75: checkpointed after a signal),
-    # as its task's submitit log says; none failed.
+    # Rank 0's trainer stopped at that checkpoint (exit 75: checkpointed after a signal), as
+    # its task's submitit log says, and requeued the job; rank 1's exits 75 too, or, still
+    # tearing down after the checkpoint was published, is ended by that requeue's SIGTERM
+    # (a race the load decides; harmless: the checkpoint is whole). None failed.
     tasks = runs / "two-nodes" / ".slurm" / job_id
-    for task in (0, 1):
-        said = (tasks / f"{job_id}_{task}_log.out").read_text()
-        assert "(exit 75)" in said and "CellFailed" not in said, said
+    said = [(tasks / f"{job_id}_{task}_log.out").read_text() for task in (0, 1)]
+    assert "(exit 75)" in said[0], said[0]
+    assert "(exit 75)" in said[1] or "stopped by a signal (exit -15)" in said[1], said[1]
+    assert not any("CellFailed" in text for text in said), said
     assert _runs_of(job_id) == ["REQUEUED", "COMPLETED"]
     ours, theirs = rf.read_json(cell / rf.RESULT), rf.read_json(reference / rf.RESULT)
     assert ours["num_processes"] == theirs["num_processes"] == 2
