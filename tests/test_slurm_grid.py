@@ -28,7 +28,6 @@ import pytest
 import torch
 
 from vitscale import record as rf
-from vitscale.cli import main
 from vitscale.grid.plan import JOB_FILE
 from vitscale.grid.profile import Shape, SlurmError, load_profile, shape_for
 from vitscale.grid.slurm import (
@@ -40,7 +39,7 @@ from vitscale.grid.slurm import (
     master_port,
 )
 
-from .helpers.cluster import ensure_cluster
+from .helpers.cluster import ensure_cluster, logged_steps, vitscale_ok
 
 PROFILES = Path(__file__).resolve().parents[1] / "slurm" / "profiles"
 LOCAL_PROFILE = PROFILES / "local.yaml"
@@ -252,19 +251,6 @@ def _slurm(*args: str) -> str:
     return done.stdout
 
 
-def _vitscale(capsys: pytest.CaptureFixture[str], *args: str) -> str:
-    capsys.readouterr()
-    code = main(list(args))
-    out = capsys.readouterr()
-    assert code == 0, f"vitscale {' '.join(args)} exited {code}:\n{out.out}\n{out.err}"
-    return out.out
-
-
-def _steps(run_dir: Path) -> list[int]:
-    path = run_dir / rf.METRICS
-    return [row[rf.STEP] for row in rf.iter_metrics(path)] if path.is_file() else []
-
-
 def _job_id(run_dir: Path) -> str:
     return json.loads((run_dir / JOB_FILE).read_text())["job_id"]
 
@@ -286,7 +272,7 @@ def _wait(what: str, predicate, *, timeout_s: float, debug) -> object:
 def _mid_training(cells: list[Path], exclude: set[Path]) -> Path | None:
     """A cell that has trained a few steps and has many left (so a signal lands mid-way)."""
     for cell in cells:
-        if cell not in exclude and 3 <= len(_steps(cell)) <= STEPS // 2:
+        if cell not in exclude and 3 <= len(logged_steps(cell)) <= STEPS // 2:
             return cell
     return None
 
@@ -338,7 +324,7 @@ def test_grid_array_survives_requeue_and_resubmits_nothing(
         str(runs),
     ]
 
-    out = _vitscale(capsys, *submit_args)
+    out = vitscale_ok(capsys, *submit_args)
     assert "3 submit" in out and "submitted 3 cell(s) as job" in out, out
     cells = sorted(p.parent for p in (runs / "slurm-test").glob(f"*/{JOB_FILE}"))
     assert len(cells) == 3
@@ -354,7 +340,7 @@ def test_grid_array_survives_requeue_and_resubmits_nothing(
 
     def debug() -> str:
         logs = "\n".join(
-            f"--- {c.name} steps={len(_steps(c))} job={jobs[c]}\n"
+            f"--- {c.name} steps={len(logged_steps(c))} job={jobs[c]}\n"
             + ((c / "log.txt").read_text()[-1500:] if (c / "log.txt").exists() else "")
             for c in cells
         )
@@ -395,7 +381,7 @@ def test_grid_array_survives_requeue_and_resubmits_nothing(
 
         # 2. While they wait to be requeued, a resubmission submits nothing: all queued or running.
         assert job_state(signalled) in ACTIVE_STATES
-        out = _vitscale(capsys, *submit_args)
+        out = vitscale_ok(capsys, *submit_args)
         assert "nothing to submit" in out and not re.search(r"\d+ submit\b", out), out
         assert {cell: _job_id(cell) for cell in cells} == jobs
 
@@ -441,7 +427,7 @@ def test_grid_array_survives_requeue_and_resubmits_nothing(
 
     # 5. No step ran twice in any cell, and each requeued cell equals its uninterrupted run.
     for cell in cells:
-        assert _steps(cell) == list(range(1, STEPS + 1)), cell.name
+        assert logged_steps(cell) == list(range(1, STEPS + 1)), cell.name
     for cell in (signalled, preempted, tuning):
         ours, reference = _result(cell), _result(ref_root / cell.name)
         assert reference["restarts"] == 0
@@ -457,10 +443,10 @@ def test_grid_array_survives_requeue_and_resubmits_nothing(
 
     # 6. Resubmitting the finished grid submits nothing (and --wait returns at once, all
     # done); status reports every cell done.
-    out = _vitscale(capsys, *submit_args, "--wait")
+    out = vitscale_ok(capsys, *submit_args, "--wait")
     assert "3 skip-done" in out and "nothing to submit" in out, out
     assert {cell: _job_id(cell) for cell in cells} == jobs
-    status = json.loads(_vitscale(capsys, "status", str(runs), "--json"))
+    status = json.loads(vitscale_ok(capsys, "status", str(runs), "--json"))
     assert [
         (c["cell_id"], c["status"], c["last_step"])
         for c in sorted(status["cells"], key=lambda c: c["cell_id"])

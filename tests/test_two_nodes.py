@@ -20,7 +20,6 @@ import pytest
 import torch
 
 from vitscale import record as rf
-from vitscale.cli import main
 from vitscale.grid.local import cell_command
 from vitscale.grid.plan import JOB_FILE
 
@@ -31,8 +30,11 @@ from .helpers.cluster import (
     TWO_SUBNET,
     ensure_cluster,
     ensure_two_node_cluster,
+    is_done,
+    logged_steps,
     run,
     two,
+    vitscale_ok,
 )
 
 PROFILE = Path(__file__).resolve().parents[1] / "slurm" / "profiles" / "local2.yaml"
@@ -99,19 +101,6 @@ def test_each_node_runs_one_task_under_its_own_name_and_address(two_nodes: None)
 # ------------------------------------------------------------------------ a cell on both
 
 
-def _vitscale(capsys: pytest.CaptureFixture[str], *args: str) -> str:
-    capsys.readouterr()
-    code = main(list(args))
-    out = capsys.readouterr()
-    assert code == 0, f"vitscale {' '.join(args)} exited {code}:\n{out.out}\n{out.err}"
-    return out.out
-
-
-def _steps(run_dir: Path) -> list[int]:
-    path = run_dir / rf.METRICS
-    return [row[rf.STEP] for row in rf.iter_metrics(path)] if path.is_file() else []
-
-
 def _losses(run_dir: Path) -> list[tuple[int, float]]:
     return [(row[rf.STEP], row[rf.TRAIN_LOSS]) for row in rf.iter_metrics(run_dir / rf.METRICS)]
 
@@ -173,7 +162,7 @@ def test_a_cell_over_both_nodes_survives_a_preemption_and_matches_one_node(
     grid_file = tmp_path / "grid.yaml"
     grid_file.write_text(GRID)
     runs = tmp_path / "runs"
-    out = _vitscale(
+    out = vitscale_ok(
         capsys, "grid", str(grid_file), "--executor", "slurm", "--profile", str(PROFILE),
         "--runs", str(runs),
     )  # fmt: skip
@@ -196,17 +185,17 @@ def test_a_cell_over_both_nodes_survives_a_preemption_and_matches_one_node(
         text=True,
     )
     try:
-        _wait("training on both nodes", lambda: len(_steps(cell)) >= 8, timeout_s=180, debug=debug)
+        _wait(
+            "training on both nodes",
+            lambda: len(logged_steps(cell)) >= 8,
+            timeout_s=180,
+            debug=debug,
+        )
         signalled = two("scancel", "--signal=USR1", job_id)
         assert signalled.returncode == 0, signalled.stderr
         _wait(
             "the cell to finish",
-            lambda: (
-                (rf.read_json(cell / rf.RESULT) if (cell / rf.RESULT).is_file() else {}).get(
-                    "status"
-                )
-                == rf.STATUS_DONE
-            ),
+            lambda: is_done(cell),
             timeout_s=240,
             debug=debug,
         )
@@ -238,7 +227,7 @@ def test_a_cell_over_both_nodes_survives_a_preemption_and_matches_one_node(
     assert ours["num_processes"] == theirs["num_processes"] == 2
     assert ours["restarts"] == 1 and theirs["restarts"] == 0
     # The same examples and losses at every step; the same weights at the end.
-    assert _steps(cell) == list(range(1, STEPS + 1))
+    assert logged_steps(cell) == list(range(1, STEPS + 1))
     assert _losses(cell) == _losses(reference)
     for key in ("steps", "examples_seen", "pretrain_exaflops"):
         assert ours[key] == theirs[key], key
@@ -285,7 +274,7 @@ def test_a_lost_node_ends_the_job_and_the_cell_resumes_when_it_returns(
     grid_file = tmp_path / "grid.yaml"
     grid_file.write_text(GRID)
     runs = tmp_path / "runs"
-    _vitscale(
+    vitscale_ok(
         capsys, "grid", str(grid_file), "--executor", "slurm", "--profile", str(PROFILE),
         "--runs", str(runs),
     )  # fmt: skip
@@ -303,7 +292,7 @@ def test_a_lost_node_ends_the_job_and_the_cell_resumes_when_it_returns(
             "a checkpoint, and training past it",
             lambda: (
                 (done := rf.complete_checkpoints(cell / rf.CHECKPOINTS))
-                and len(_steps(cell)) > rf.checkpoint_step(done[-1])
+                and len(logged_steps(cell)) > rf.checkpoint_step(done[-1])
             ),
             timeout_s=180,
             debug=debug,
@@ -328,7 +317,7 @@ def test_a_lost_node_ends_the_job_and_the_cell_resumes_when_it_returns(
 
         # status says what happened, asking the cluster the job went to (job.json).
         monkeypatch.delenv("SLURM_CONF")
-        (row,) = json.loads(_vitscale(capsys, "status", str(runs), "--json"))["cells"]
+        (row,) = json.loads(vitscale_ok(capsys, "status", str(runs), "--json"))["cells"]
         assert row["status"] == "pending", row
         assert re.search(
             r"^node n2 failed at \S+ \S+: SLURM ended the job \(NODE_FAIL\)", row["note"]
@@ -342,12 +331,7 @@ def test_a_lost_node_ends_the_job_and_the_cell_resumes_when_it_returns(
         ensure_two_node_cluster()
         _wait(
             "the cell to finish",
-            lambda: (
-                (rf.read_json(cell / rf.RESULT) if (cell / rf.RESULT).is_file() else {}).get(
-                    "status"
-                )
-                == rf.STATUS_DONE
-            ),
+            lambda: is_done(cell),
             timeout_s=240,
             debug=debug,
         )
@@ -360,7 +344,7 @@ def test_a_lost_node_ends_the_job_and_the_cell_resumes_when_it_returns(
     assert re.findall(r"resumed from \S+ \(step (\d+), restart 1\)", log) == [str(resume_step)]
     result = rf.read_json(cell / rf.RESULT)
     assert result["restarts"] == 1 and result["num_processes"] == 2
-    assert _steps(cell) == list(range(1, STEPS + 1))
+    assert logged_steps(cell) == list(range(1, STEPS + 1))
     if cell.name in _REFERENCE_LOSSES:  # run above (the same cell, uninterrupted)
         assert _losses(cell) == _REFERENCE_LOSSES[cell.name]
     print(f"lost node: the job ended {ended_s:.1f} s after n2 died; status said: {note}")

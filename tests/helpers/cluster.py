@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from vitscale import record as rf
+from vitscale.cli import main
+
 SCRIPT = Path(__file__).resolve().parents[2] / "slurm" / "local-cluster.sh"
 # Clients reach the two-node cluster with this configuration (SLURM_CONF).
 TWO_CONF = "/etc/slurm/two/slurm.conf"
@@ -66,3 +69,25 @@ def run(
 def two(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """A SLURM command on the two-node cluster."""
     return run(*args, timeout=timeout, env=two_env())
+
+
+def vitscale_ok(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    """``vitscale ARGS`` in this process (a submission returns at once): its output, having
+    asserted that it exited 0."""
+    capsys.readouterr()
+    code = main(list(args))
+    out = capsys.readouterr()
+    assert code == 0, f"vitscale {' '.join(args)} exited {code}:\n{out.out}\n{out.err}"
+    return out.out
+
+
+def logged_steps(run_dir: Path) -> list[int]:
+    """The steps in a run's metrics.jsonl so far (none before it exists)."""
+    path = run_dir / rf.METRICS
+    return [row[rf.STEP] for row in rf.iter_metrics(path)] if path.is_file() else []
+
+
+def is_done(run_dir: Path) -> bool:
+    """Whether the run's result.json says done."""
+    path = run_dir / rf.RESULT
+    return path.is_file() and rf.read_json(path).get("status") == rf.STATUS_DONE
