@@ -33,7 +33,7 @@ from numpy.typing import ArrayLike
 from vitscale.record import EXAMPLES_SEEN
 
 from .extrapolation import extrapolate
-from .frontier import pareto_frontier
+from .frontier import frontier_frame
 
 ESTIMATORS = ("extrapolate", "power-law")
 
@@ -213,7 +213,7 @@ def frontier_splits(
     groups = [("all", data)] if by is None else list(data.groupby(by, sort=True))
     out = []
     for name, group in groups:
-        front = group.iloc[pareto_frontier(group[x].to_numpy(float), group[metric])]
+        front = frontier_frame(group, x=x, y=metric)
         family = str(name) if by == "family" else None
         out.append(
             split_at(

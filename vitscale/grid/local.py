@@ -254,7 +254,7 @@ def worker_env(*, workers: int, processes: int) -> dict[str, str]:
     (:data:`vitscale.data.workers.CELL_CPUS_ENV`)."""
     per_cell = max(1, (os.cpu_count() or 1) // workers)
     return os.environ | {
-        "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // (workers * processes))),
+        "OMP_NUM_THREADS": str(max(1, per_cell // processes)),
         CELL_CPUS_ENV: str(per_cell),
         "PYTHONUNBUFFERED": "1",
     }
