@@ -126,10 +126,14 @@ def _runs_of(job_id: str) -> list[str]:
 
 
 def _ended(job_id: str, debug) -> None:
-    """Wait until the job of a finished cell leaves the queue (its processes exit)."""
+    """Wait until the job of a finished cell leaves the queue (its processes exit) and
+    accounting has recorded its end (slurmdbd lags the controller by seconds)."""
     _wait(
-        "the job to leave the queue",
-        lambda: not two("squeue", "--noheader", "--jobs", job_id).stdout.strip(),
+        "the job to leave the queue and accounting to record its end",
+        lambda: (
+            not two("squeue", "--noheader", "--jobs", job_id).stdout.strip()
+            and not {"RUNNING", "PENDING", "REQUEUED"} & set(_runs_of(job_id)[-1:])
+        ),
         timeout_s=60,
         debug=debug,
     )
