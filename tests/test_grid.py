@@ -302,3 +302,27 @@ def test_a_worker_survives_a_broken_cell(tmp_path):
     assert answers[0][1].startswith("JSONDecodeError: ") and answers[1][1] == ""  # the reasons
     assert "JSONDecodeError" in (broken / rf.LOG).read_text()
     assert rf.read_json(good / rf.RESULT)["status"] == rf.STATUS_DONE
+
+
+def test_a_worker_that_has_answered_ignores_stop_signals():
+    """A stop signal that reaches a worker after its last answer (the kernel telling it
+    that the grid, which read the answer, has ended) lands during the interpreter's exit:
+    it must neither raise in a finaliser (a traceback on the grid's terminal) nor change
+    the exit code."""
+    import subprocess
+    import sys
+
+    script = (
+        "import os, signal, sys\n"
+        "from vitscale.grid import cellrun\n"
+        "code = cellrun.serve()\n"
+        "for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):\n"
+        "    os.kill(os.getpid(), sig)\n"
+        "print('exiting', file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    served = subprocess.run(
+        [sys.executable, "-c", script], input="", capture_output=True, text=True, timeout=120
+    )
+    assert served.returncode == 0, served.stderr
+    assert served.stderr.strip() == "exiting"

@@ -211,6 +211,18 @@ def _stop(signum, frame) -> None:
     raise _Stop
 
 
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+
+def _ending() -> None:
+    """This process has answered and is exiting: a stop signal now (the kernel's word that
+    the grid, which read the answer, has ended; a late Ctrl-C) has nothing left to stop,
+    and raised inside the interpreter's exit it would print a traceback from whichever
+    finaliser it interrupts. Ignored from here on."""
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def serve() -> int:
     """Run the cells named on stdin, one path per line, one after another in this process;
     answer each with a line of stdout: its exit code, a tab and the reason in one line.
@@ -228,7 +240,7 @@ def serve() -> int:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.close(devnull)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+    for sig in _STOP_SIGNALS:
         signal.signal(sig, _stop)  # the trainer handles them itself while a cell trains
     try:
         for line in sys.stdin:
@@ -251,6 +263,8 @@ def serve() -> int:
                 return EXIT_PREEMPTED
     except (_Stop, KeyboardInterrupt):
         return EXIT_PREEMPTED
+    finally:
+        _ending()
     return EXIT_OK
 
 
@@ -273,6 +287,7 @@ def main(argv: list[str]) -> int:
         from ..train.runtime import shutdown
 
         shutdown()  # the process group, last (NCCL warns, and may hang at exit, otherwise)
+        _ending()
 
 
 if __name__ == "__main__":
