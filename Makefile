@@ -10,7 +10,7 @@ RUNS ?= runs
 FIGURES ?= figures
 WORKERS ?= 2
 
-.PHONY: install check test cluster lint format demo demo-slurm demo-report study sweep report bench clean
+.PHONY: install check test cluster lint format demo demo-slurm demo-report study study-gpu sweep report bench clean
 
 install: $(STAMP)
 
@@ -92,10 +92,26 @@ endif
 demo-report: report
 
 # The study (<= 60 minutes on 2 cores): Figs. 4 and 5 at toy scale, four subsets, two
-# sizes per family, two seeds, three durations on the largest subset (README, "The study").
+# sizes per family, two seeds, three durations on the largest subset, in both worlds: the
+# glyph world (the local-shape control) and the scenes world (pre-registered:
+# experiments/preregistered/scenes.md; its verdict reads the suite mean, SCENES_METRIC).
+SCENES_METRIC = average(fewshot/scenes-arrangements/5shot, fewshot/scenes-count/5shot, fewshot/scenes-parts/5shot, fewshot/scenes-same/5shot)
 study: $(STAMP)
 	$(VENV)/bin/vitscale grid experiments/study.yaml --executor local --workers $(WORKERS) --runs $(RUNS)
+	$(VENV)/bin/vitscale grid experiments/scenes_study.yaml --executor local --workers $(WORKERS) --runs $(RUNS)
 	@$(MAKE) --no-print-directory report GRID=study
+	@$(MAKE) --no-print-directory report GRID=scenes_study METRIC="$(SCENES_METRIC)"
+
+# The scenes study at one-GPU scale (experiments/scenes_gpu.yaml, a draft until it is
+# registered): runs where a CUDA device is, else says so and prints its plan.
+study-gpu: $(STAMP)
+	@if $(PY) -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then \
+	  $(VENV)/bin/vitscale grid experiments/scenes_gpu.yaml --executor local --workers 1 --runs $(RUNS) && \
+	  $(MAKE) --no-print-directory report GRID=scenes_gpu METRIC="$(SCENES_METRIC)"; \
+	else \
+	  echo "make study-gpu: no CUDA device here; the plan it would run:"; \
+	  $(VENV)/bin/vitscale grid experiments/scenes_gpu.yaml --dry-run --profile slurm/profiles/h100x8.yaml; \
+	fi
 
 # The tuning sweep that fixed the demo's and the study's hyper-parameters (~20 minutes).
 sweep: $(STAMP)
@@ -111,7 +127,7 @@ report: $(STAMP)
 	@$(VENV)/bin/vitscale status $(RUNS)/$(GRID)
 	@echo
 	@echo "== the paper's question, measured ($(FIGURES)/$(GRID): our figures; $(FIGURES)/paper: the paper's)"
-	@$(VENV)/bin/vitscale summary $(RUNS)/$(GRID)
+	@$(VENV)/bin/vitscale summary $(RUNS)/$(GRID) $(if $(METRIC),--metric "$(METRIC)")
 
 bench: $(STAMP)
 	$(PY) benchmarks/throughput.py

@@ -407,7 +407,13 @@ def summarise(frame: pd.DataFrame, *, metric: str | None = None, shots: int = 5)
             raise ValueError(f"no {shots}-shot few-shot metrics in the finished cells")
         done, metric = M.add_average(done, found) if len(found) > 1 else (done, found[0])
     if metric not in done.columns:
-        raise ValueError(f"no column {metric!r}; metrics: {', '.join(M.transfer_metrics(done))}")
+        try:  # an average named by its parts, "average(a, b, ...)"
+            done, metric = M.add_average(done, M.average_parts(metric))
+        except ValueError:
+            valid = ", ".join(M.transfer_metrics(done))
+            raise ValueError(
+                f"no column {metric!r}; metrics: {valid}, or 'average(a, b, ...)' of them"
+            ) from None
     done = done[done[metric].notna() & done["num_examples"].notna()].copy()
     if done.empty:
         raise ValueError(f"no finished cell has a value of {metric!r}")

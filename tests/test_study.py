@@ -1,6 +1,7 @@
-"""The study grid (`make study`), reduced, end to end: grid file -> local executor -> run
-folders -> `vitscale summary --json`. Its structure is checked, not its verdict (a few
-steps decide nothing; the measured verdict is in README, "The study")."""
+"""The study grids (`make study`: both worlds), reduced, end to end: grid file -> local
+executor -> run folders -> `vitscale summary --json`. Their structure is checked, not
+their verdicts (a few steps decide nothing; the measured verdicts are in README, "The
+study")."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from vitscale.config import yaml_load
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "experiments" / "study.yaml"
+SCENES = ROOT / "experiments" / "scenes_study.yaml"
 SMALL = {
     "train": {"steps": 4, "eval_every": 2, "checkpoint_every": 4, "log_every": 2},
     "optim": {"warmup_steps": 1},
@@ -36,11 +38,11 @@ def _merge(base: dict, update: dict) -> dict:
     return base
 
 
-def _reduced(tmp: Path) -> Path:
+def _reduced(tmp: Path, study: Path = STUDY) -> Path:
     """The study's own blocks, each cut to one model; the two-seed blocks to their
     smallest and largest subset, the one-seed ones to one subset, the compute blocks to
     one shorter duration; a few steps each."""
-    grid = yaml_load(STUDY.read_text())
+    grid = yaml_load(study.read_text())
     _merge(grid["base"], SMALL)
     for block in grid["blocks"]:
         axes = block["axes"]
@@ -50,7 +52,7 @@ def _reduced(tmp: Path) -> Path:
             axes["data.subset"] = [subsets[0], subsets[-1]] if "seed" in axes else subsets[:1]
         if "train.steps" in axes:
             axes["train.steps"] = [2]
-    path = tmp / "study.yaml"
+    path = tmp / study.name
     path.write_text(yaml.safe_dump(grid))
     return path
 
@@ -93,3 +95,39 @@ def test_reduced_study_runs_end_to_end_and_summarises_as_json(tmp_path, capsys):
     assert comparison == {} or {"range", "segments", "crossings"} <= set(comparison)
     assert s["verdict"] and all(isinstance(line, str) for line in s["verdict"])
     assert any(line.startswith("smallest subset (3,840 images)") for line in s["verdict"])
+
+
+def _makefile_value(name: str) -> str:
+    line = next(x for x in (ROOT / "Makefile").read_text().splitlines() if x.startswith(name))
+    return line.split("=", 1)[1].strip()
+
+
+@pytest.mark.slow
+def test_reduced_scenes_study_summarises_its_registered_metric(tmp_path, capsys):
+    """The scenes world's half: multi-label sigmoid pre-training, the five-task suite read
+    through the fair probe, and the verdict on the pre-registered suite mean (the
+    Makefile's SCENES_METRIC, which the registration names)."""
+    grid = _reduced(tmp_path, SCENES)
+    runs = tmp_path / "runs"
+    argv = ["grid", str(grid), "--executor", "local", "--workers", "2", "--runs", str(runs)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    metric = _makefile_value("SCENES_METRIC")
+    registration = (ROOT / "experiments" / "preregistered" / "scenes.md").read_text()
+    assert " ".join(metric.split()) in " ".join(registration.split())
+    assert main(["summary", str(runs / "scenes_study"), "--metric", metric, "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["metric"] == metric
+    assert [row["num_examples"] for row in s["subsets"]] == [3840, 12_000, 192_000]
+    cell = next((runs / "scenes_study").glob("*/result.json"))
+    result = json.loads(cell.read_text())
+    tasks = {
+        "scenes-parts",
+        "scenes-arrangements",
+        "scenes-same",
+        "scenes-count",
+        "synthetic-glyphs",
+    }
+    assert {k.split("/")[1] for k in result["best"] if k.startswith("fewshot/")} == tasks
+    config = json.loads((cell.parent / "config.json").read_text())
+    assert config["train"]["loss"] == "sigmoid" and config["eval"]["fewshot"]["width"] == 48

@@ -259,3 +259,17 @@ def test_fig5_reads_the_largest_subset_of_each_pretraining_set():
     )
     assert fig5_cells(frame).index.tolist() == [1, 2, 4, 5]
     assert fig5_cells(frame.drop(columns=["published"])).index.tolist() == [1, 2, 4]
+
+
+def test_the_verdict_can_read_an_average_of_chosen_tasks():
+    """A pre-registered verdict metric (the scenes world's suite mean without its control
+    task) is named by its parts; an unknown part is refused with the metrics there are."""
+    frame = _frame({("ViT-Pico/8", 100): [40.0, 42.0], ("BiT-R11x0.5", 100): [60.0, 61.0]})
+    both = summarise(frame, metric=f"average({A}, {B})")
+    assert both.metric == f"average({A}, {B})"
+    assert summarise(frame).metric == both.metric  # the default averages every 5-shot task
+    only_b = summarise(frame, metric=f"average({B})")
+    row = only_b.by_subset.iloc[0]
+    assert row["ViT"] == pytest.approx(51.0) and row["ResNet"] == pytest.approx(70.5)
+    with pytest.raises(ValueError, match="or 'average"):
+        summarise(frame, metric="average(fewshot/nope/5shot)")

@@ -448,8 +448,8 @@ def configure_summary(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--metric",
         metavar="COLUMN",
-        help="accuracy column to compare (default: the mean over transfer tasks of the best "
-        "--shots-shot accuracy)",
+        help="accuracy column to compare, or 'average(a, b, ...)' of several (default: the "
+        "mean over transfer tasks of the best --shots-shot accuracy)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 

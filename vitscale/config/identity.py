@@ -50,6 +50,7 @@ HASHED_WHEN_SET = (
     "model.pretrained",
     "model.pretrained_dataset",
     "model.pretrained_epochs",
+    "eval.fewshot.width",
 )
 
 

@@ -3,7 +3,8 @@
 A recipe fills only the keys a config leaves unset. Which recipe applies is ``recipe:``
 in the config, or else follows the pre-training dataset: ``imagenet`` -> ImageNet,
 multi-label sets (``multilabel:...``) -> JFT-300M, ``synthetic`` -> our CPU recipe,
-anything else -> the ImageNet-21k one (single-label, 0.1 dropout). Imports no torch.
+``scenes`` -> the same with the sigmoid loss (multi-label), anything else -> the
+ImageNet-21k one (single-label, 0.1 dropout). Imports no torch.
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ _BY_RECIPE = {
     "synthetic": {
         "model": {"dropout": 0.0},
         "train": {"batch_size": 256, "loss": "softmax"},
+        "optim": {"lr": 1e-3, "weight_decay": 0.1, "schedule": "linear", "warmup_steps": 50},
+    },
+    # Ours: the scenes world (multi-label, JFT-like): the synthetic recipe, sigmoid loss.
+    "scenes": {
+        "model": {"dropout": 0.0},
+        "train": {"batch_size": 256, "loss": "sigmoid"},
         "optim": {"lr": 1e-3, "weight_decay": 0.1, "schedule": "linear", "warmup_steps": 50},
     },
     # Training from scratch on a small transfer set (rare; fine-tuning has its own recipe).
@@ -74,6 +81,10 @@ def choose(dataset: str) -> str:
         return "jft"
     if dataset.startswith("synthetic"):
         return "synthetic"
+    if dataset == "scenes":
+        return "scenes"
+    if dataset.startswith("scenes-"):
+        return "synthetic"  # a single-label scenes task (transfer), trained from scratch
     return "imagenet21k"
 
 

@@ -105,6 +105,10 @@ class FewShotConfig(Section):
     seeds: int = 3
     l2_reg: float = 1024.0
     test_examples: int | None = None  # cap on test images per dataset; None: the test split
+    # Read every model's features through one fixed random projection to this many
+    # dimensions (vitscale.evals.fewshot.project), so that models of different widths are
+    # probed at the same width; None: the features as they are.
+    width: int | None = Field(default=None, ge=1)
 
 
 class UpstreamConfig(Section):

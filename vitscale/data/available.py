@@ -7,17 +7,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .embedded import EMBEDDED
 from .registry import SOURCES, DatasetNotFoundError, default_root, parse_name
 from .subsets import SubsetSpec, subset_size
-from .synthetic.vocabulary import TASKS
 
 
 def known_size(name: str) -> int | None:
     """Size of the train split when known without reading the data (synthetic tasks and
     the registry's official sizes); ``None`` for folder sources."""
     source, _ = parse_name(name)
-    if source in TASKS:
-        return TASKS[source].split_size("train")
+    if source in EMBEDDED:
+        return EMBEDDED[source].split_size("train")
     if source == "shards":
         from .shards.index import load_index, parse_location, split_shards
 
@@ -43,7 +43,7 @@ def check_available(
     if source == "shards":
         return _check_shards(name, subset)
     problems = []
-    if source not in TASKS and not download:
+    if source not in EMBEDDED and not download:
         where = (
             path if path is not None else Path(root).expanduser() if root else default_root(source)
         )

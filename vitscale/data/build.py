@@ -8,12 +8,11 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
+from .embedded import EMBEDDED, open_task
 from .indexed import IndexedDataset
 from .registry import SOURCES, SPLITS, default_root, parse_name
 from .subsets import SeededPermutation, SubsetSpec, fewshot_indices, holdout_split, subset_size
 from .subsets import balanced_order as _balanced_order
-from .synthetic.render import SyntheticImages
-from .synthetic.vocabulary import TASKS
 
 
 def _base(
@@ -35,16 +34,14 @@ def _base(
         from .shards.dataset import load_shards
 
         return load_shards(name, split, image_size=image_size, augment=augment)
-    if source in TASKS:
+    if source in EMBEDDED:
         if augment:
             raise ValueError(
                 f"{name}: the synthetic set draws its own nuisances (position, scale, colour, "
                 "clutter) and takes no augmentation; leave augment unset"
             )
         # Synthetic tasks have a separate val stream, so minitrain is all of train.
-        return SyntheticImages(
-            source, split="train" if split == "minitrain" else split, image_size=image_size
-        )
+        return open_task(source, "train" if split == "minitrain" else split, image_size)
     if augment is None:
         augment = split in ("train", "minitrain")
     # torchvision loads here, for real sources only: a synthetic run starts ~2 s sooner.
@@ -118,9 +115,9 @@ def build_dataset(
     n = len(ds)
     m = subset_size(n, subset)
     if class_balanced:
-        if isinstance(ds, SyntheticImages):
+        if parse_name(name)[0] in EMBEDDED:
             raise ValueError(
-                f"{name}: balanced subsets need stored labels; the synthetic classes cycle "
+                f"{name}: balanced subsets need stored labels; the embedded classes cycle "
                 "with the index, so plain subsets are already balanced to within sampling noise"
             )
         return IndexedDataset(ds, _balanced_order(all_targets(ds), seed=seed)[:m])

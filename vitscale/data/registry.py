@@ -3,8 +3,9 @@
 One table for every fact about a source, torch-free, so the CLI's ``data list``, grid
 validation and error messages read the same numbers the loaders use.
 
-Names: ``synthetic`` (upstream) and ``synthetic-<task>`` (transfer), the embedded
-procedural family (:mod:`vitscale.data.synthetic.vocabulary`, nothing on disk), and the
+Names: ``synthetic`` and ``scenes`` (upstream) with their ``synthetic-<task>`` and
+``scenes-<task>`` transfer tasks, the embedded procedural worlds
+(:mod:`vitscale.data.embedded`, nothing on disk), and the
 sources of :data:`SOURCES`, each with what it expects on disk. ``imagenet``'s ``test`` split
 is the official validation set, on which the paper reports ImageNet; ``multilabel:`` is
 the JFT / ImageNet-21k shape (multi-hot targets for the sigmoid loss); ``shards:`` is the
@@ -22,7 +23,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .synthetic.vocabulary import TASKS
+from .embedded import EMBEDDED
 
 SPLITS = ("train", "minitrain", "val", "test")
 FOLDER_KINDS = ("imagefolder", "multilabel", "shards")
@@ -161,7 +162,7 @@ SOURCES: dict[str, SourceInfo] = {
 
 def dataset_names() -> list[str]:
     """Every valid name (folder sources with their ``:/path`` placeholder)."""
-    synthetic = list(TASKS)
+    synthetic = list(EMBEDDED)
     real = [n for n in SOURCES if n not in FOLDER_KINDS]
     return synthetic + real + [f"{k}:/path" for k in FOLDER_KINDS]
 
@@ -175,7 +176,7 @@ def parse_name(name: str) -> tuple[str, Path | None]:
         if not path:
             raise ValueError(f"dataset {name!r}: give the folder, e.g. '{kind}:/data/my_set'")
         return kind, Path(path).expanduser()
-    if name in TASKS or (name in SOURCES and name not in FOLDER_KINDS):
+    if name in EMBEDDED or (name in SOURCES and name not in FOLDER_KINDS):
         return name, None
     raise ValueError(f"unknown dataset {name!r}; valid: {', '.join(dataset_names())}")
 
@@ -187,7 +188,7 @@ SYNTHETIC_FINETUNE = (500, (0.001, 0.003, 0.01, 0.03))
 def finetune_recipe(name: str) -> tuple[int, tuple[float, ...]]:
     """``(steps, learning-rate grid)`` the paper fine-tunes ``name`` with (App. B.1.1)."""
     source, _ = parse_name(name)
-    if source in TASKS:
+    if source in EMBEDDED:
         return SYNTHETIC_FINETUNE
     info = SOURCES[source]
     return info.finetune_steps, info.finetune_lrs
@@ -205,7 +206,7 @@ def describe_datasets() -> list[dict]:
     split sizes (``None`` where read from disk), the held-out fraction of train, and where
     it comes from."""
     rows = []
-    for task in TASKS.values():
+    for task in EMBEDDED.values():
         rows.append(
             dict(
                 name=task.name,

@@ -13,6 +13,22 @@ import torch.nn.functional as F
 BIAS_FEATURE = 100.0
 STD_EPS = 1e-5
 DEFAULT_L2 = 1024.0  # 2^10
+_PROJECTION_SEED = 0x9E0_1EC7
+
+
+def project(features: torch.Tensor, width: int) -> torch.Tensor:
+    """``features (N, D)`` through a fixed Gaussian random projection to ``width`` dims.
+
+    Why: a ridge probe on more features fits more, so a 512-wide ResNet read against a
+    48-wide ViT is not a comparison of what they learned. Every model's features go
+    through the same kind of map, the same matrix for the same ``D`` (a seeded
+    ``N(0, 1/width)`` draw), which nearly preserves distances (Johnson-Lindenstrauss) and
+    is a random rotation when ``D == width``.
+    """
+    d = features.shape[1]
+    g = torch.Generator().manual_seed(_PROJECTION_SEED + d)
+    matrix = torch.randn(d, width, generator=g, dtype=torch.float64) / width**0.5
+    return features.double() @ matrix
 
 
 def ridge_fewshot_accuracy(

@@ -18,7 +18,7 @@ from .. import record as rf
 from ..config import Config
 from ..data import build_dataset, fewshot_indices, rank0_downloads_first
 from .features import EVAL_CACHE_BYTES, Budget, EvalImages, apply, evaluation_sample, labels_of
-from .fewshot import ridge_fewshot_accuracy
+from .fewshot import project, ridge_fewshot_accuracy
 
 
 @dataclass
@@ -90,6 +90,8 @@ class TransferEvaluator:
         for fs in self.fewshot:
             pool_x, pool_y = apply(model.pre_logits, fs.pool_images, **kw)
             test_x, test_y = apply(model.pre_logits, fs.test_images, **kw)
+            if width := self.cfg.eval.fewshot.width:  # the same width for every model
+                pool_x, test_x = project(pool_x, width), project(test_x, width)
             per_k: dict[int, list[float]] = {}
             for (k, seed), rows in fs.rows.items():
                 acc = ridge_fewshot_accuracy(

@@ -49,12 +49,12 @@ class Placement:
 
 def num_classes(dataset: str) -> int:
     """Classes of ``dataset`` without reading it (:data:`ASSUMED_CLASSES` for folders)."""
+    from ..data.embedded import EMBEDDED
     from ..data.registry import SOURCES, parse_name
-    from ..data.synthetic.vocabulary import TASKS
 
     source, _ = parse_name(dataset)
-    if source in TASKS:
-        return TASKS[source].num_classes
+    if source in EMBEDDED:
+        return EMBEDDED[source].num_classes
     return SOURCES[source].num_classes or ASSUMED_CLASSES
 
 

@@ -102,24 +102,27 @@ def _open_split(
     image_size: int,
     shorter_side: int | None = None,
 ) -> _Split:
+    from ..embedded import EMBEDDED, open_task
     from ..registry import default_root
-    from ..synthetic.vocabulary import TASKS
 
     source, path = parse_name(src)
-    if source in TASKS:
-        from ..synthetic.render import SyntheticImages
+    if source in EMBEDDED:
+        ds = open_task(source, split, image_size)
 
-        ds = SyntheticImages(source, split=split, image_size=image_size)
+        multi = ds.multilabel
+
+        def labels(target) -> list[int]:
+            return target.nonzero().flatten().tolist() if multi else [int(target)]
 
         def read_synthetic(ids: list[int]):
             images, targets = ds.__getitems__(ids)
             pixels = ((images.clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()
             return [
-                (f"{source}-{split}-{i:010d}", {".png": _png(p)} | _label_members([int(t)], False))
-                for i, p, t in zip(ids, pixels, targets.tolist(), strict=True)
+                (f"{source}-{split}-{i:010d}", {".png": _png(p)} | _label_members(labels(t), multi))
+                for i, p, t in zip(ids, pixels, targets, strict=True)
             ]
 
-        return _Split(len(ds), read_synthetic, list(ds.classes), False, crop=False)
+        return _Split(len(ds), read_synthetic, list(ds.classes), multi, crop=False)
     from ..sources.load import load_source
 
     where = path if path is not None else Path(root).expanduser() if root else default_root(source)
