@@ -100,19 +100,18 @@ def _upstream_targets(part: np.ndarray, valid: np.ndarray, cell: np.ndarray) -> 
     registered = np.full((w.UPSTREAM_PARTS, w.UPSTREAM_PARTS), -1, dtype=np.int64)
     reg = w.arrangements()[0]
     registered[reg[:, 0], reg[:, 1]] = np.arange(len(reg))
-    for i in range(MAX_OBJECTS):
-        on = valid[:, i]
-        targets[rows[on], w.LABEL_PARTS.start + part[on, i]] = 1.0
-        for j in range(MAX_OBJECTS):
-            beside = (
-                on
-                & valid[:, j]
-                & (cell[:, j] == cell[:, i] + 1)
-                & (cell[:, i] % w.GRID < w.GRID - 1)
-            )
-            found = registered[part[:, i], part[:, j]]
-            hit = beside & (found >= 0)
-            targets[rows[hit], w.LABEL_ARRANGEMENTS.start + found[hit]] = 1.0
+    example, obj = np.nonzero(valid)
+    targets[example, w.LABEL_PARTS.start + part[example, obj]] = 1.0
+    # (B, i, j): object j in the cell right of object i, in the same row
+    beside = (
+        valid[:, :, None]
+        & valid[:, None, :]
+        & (cell[:, None, :] == cell[:, :, None] + 1)
+        & (cell[:, :, None] % w.GRID < w.GRID - 1)
+    )
+    found = registered[part[:, :, None], part[:, None, :]]
+    hit = beside & (found >= 0)
+    targets[np.nonzero(hit)[0], w.LABEL_ARRANGEMENTS.start + found[hit]] = 1.0
     count = valid.sum(axis=1)
     targets[rows, w.LABEL_COUNTS.start + count - w.MIN_OBJECTS] = 1.0
     same = (part[:, :, None] == part[:, None, :]) & valid[:, :, None] & valid[:, None, :]

@@ -20,7 +20,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 import torch.nn.functional as F
-from einops import rearrange, repeat
+from einops import rearrange
 from torch import Tensor
 from torch.utils.data import Dataset
 
@@ -67,47 +67,104 @@ def _fields(size: int, margin: int, device: torch.device) -> Tensor:
 
 @lru_cache(maxsize=8)
 def _bank(size: int, device: str) -> dict[str, Tensor | int]:
-    """Everything drawn once per (resolution, device)."""
+    """Everything drawn once per (resolution, device): each layer's sprites flattened to
+    ``(bitmaps * sizes + 1, T * T)``, the last one empty (an absent object draws it)."""
     dev = torch.device(device)
     plo, phi = _sizes(w.PART_SCALE, size)
     clo, chi = _sizes(w.CLUTTER_SCALE, size)
+    flat = lambda t: F.pad(rearrange(t, "n k y x -> (n k) (y x)"), (0, 0, 0, 1))  # noqa: E731
+    wd = size + phi
     return {
-        "parts": _sprites(w.bitmaps(), plo, phi, phi, dev),
-        "part_lo": plo,
-        "clutter": _sprites(w.clutter_bitmaps(), clo, chi, phi, dev),
-        "clutter_lo": clo,
+        "parts": flat(_sprites(w.bitmaps(), plo, phi, phi, dev)),
+        "part_sizes": (plo, phi),
+        "clutter": flat(_sprites(w.clutter_bitmaps(), clo, chi, chi, dev)),
+        "clutter_sizes": (clo, chi),
         "fields": _fields(size, phi, dev),
+        # a window's pixels, as offsets in the flattened canvas from its top-left corner
+        "part_window": _window(phi, wd, dev),
+        "clutter_window": _window(chi, wd, dev),
     }
 
 
-def _range(u: Tensor, lo_hi: tuple[float, float]) -> Tensor:
+def _window(t: int, width: int, device: torch.device) -> Tensor:
+    ar = torch.arange(t, device=device)
+    return rearrange(ar[:, None] * width + ar[None, :], "y x -> (y x)")
+
+
+def _range(u: np.ndarray, lo_hi: tuple[float, float]) -> np.ndarray:
     """``u`` scaled to a brightness range of [0, 1], expressed in the images' [-1, 1]."""
-    lo, hi = 2.0 * lo_hi[0] - 1.0, 2.0 * lo_hi[1] - 1.0
+    lo, hi = np.float32(2.0 * lo_hi[0] - 1.0), np.float32(2.0 * lo_hi[1] - 1.0)
     return lo + u * (hi - lo)
 
 
-def _colour(u: Tensor, light: Tensor) -> Tensor:
-    """(B, 3) colours in [-1, 1] from (B, 3) draws, in the light or the dark range per
-    example. Every pixel is a convex combination of such colours, so the canvas is drawn
-    in the images' range directly."""
-    return torch.where(light[:, None], _range(u, w.LIGHT), _range(u, w.DARK))
+def _colour(u: np.ndarray, light: np.ndarray) -> np.ndarray:
+    """(..., 3) colours in [-1, 1] from (..., 3) draws, in the light or the dark range as
+    ``light`` (...) says. Every pixel is a convex combination of such colours, so the
+    canvas is drawn in the images' range directly."""
+    return np.where(light[..., None], _range(u, w.LIGHT), _range(u, w.DARK))
 
 
-def _paste(canvas: Tensor, alpha: Tensor, y0: Tensor, x0: Tensor, colour: Tensor) -> None:
-    """Paint ``colour`` (B, 3) through ``alpha`` (B, T, T) at rows ``y0`` and columns
-    ``x0`` (B,) of ``canvas`` (B, 3, H, W), which has at least ``T`` pixels of margin
-    right and below: a gather and a scatter of the window, nothing else."""
-    b, _, h, wd = canvas.shape
-    t = alpha.shape[-1]
-    ar = torch.arange(t, device=canvas.device)
-    rows = rearrange(y0, "b -> b 1 1") + rearrange(ar, "t -> 1 t 1")
-    cols = rearrange(x0, "b -> b 1 1") + rearrange(ar, "t -> 1 1 t")
-    index = repeat(rows * wd + cols, "b y x -> b c (y x)", c=3)
-    flat = rearrange(canvas, "b c h w -> b c (h w)")
-    window = flat.gather(2, index)
-    a = rearrange(alpha, "b y x -> b 1 (y x)")
-    window += a * (rearrange(colour, "b c -> b c 1") - window)
-    flat.scatter_(2, index, window)
+def _layers(scene: lay.Scene, size: int, bank: dict) -> dict[str, np.ndarray]:
+    """Per drawn object (clutter fragments first, then parts; L layers): its sprite row
+    ``(L, B)``, the flattened canvas offset of its window's corner ``(L, B)`` and its
+    colour ``(L, B, 3)``; and the background's colours ``(2, B, 3)`` and field ``(B,)``.
+    Small arrays: numpy, where an operation costs a microsecond, not torch's several."""
+    u = scene.u.astype(np.float32)
+    b = len(u)
+    width = size + bank["part_sizes"][1]
+    light_bg = u[:, lay.POLARITY][:, 0] < 0.5
+    background = _colour(rearrange(u[:, lay.BACKGROUND], "b (k c) -> k b c", c=3), light_bg)
+    field = np.minimum((u[:, lay.FIELD][:, 0] * FIELDS).astype(np.int64), FIELDS - 1)
+
+    def sprite_rows(bitmap, size_draw, present, sizes, count):
+        lo, hi = sizes
+        k = size_draw * (hi - lo + 1)
+        size_px = lo + np.minimum(k.astype(np.int64), hi - lo)
+        row = bitmap * (hi - lo + 1) + size_px - lo
+        return np.where(present, row, count * (hi - lo + 1)), size_px
+
+    # clutter fragments, anywhere, each light or dark at random
+    f = rearrange(u[:, lay.CLUTTER], "b (k f) -> f k b", k=w.MAX_CLUTTER)
+    n_clutter = len(w.clutter_bitmaps())
+    bitmap = np.minimum((f[1] * n_clutter).astype(np.int64), n_clutter - 1)
+    c_rows, c_size = sprite_rows(bitmap, f[2], f[0] < 0.75, bank["clutter_sizes"], n_clutter)
+    c_y = (f[4] * (size - c_size + 1)).astype(np.int64)
+    c_x = (f[3] * (size - c_size + 1)).astype(np.int64)
+    c_colour = _colour(rearrange(f[5:8], "c k b -> k b c"), f[5] < 0.5)
+
+    # parts, in their cells, in the opposite brightness to the background
+    n_parts = len(w.bitmaps())
+    p_rows, p_size = sprite_rows(
+        scene.part.T, u[:, lay.SIZES].T, scene.valid.T, bank["part_sizes"], n_parts
+    )
+    jitter = rearrange(u[:, lay.JITTER], "b (m xy) -> xy m b", xy=2)
+    room = np.float32(size / w.GRID)
+    cell = scene.cell.T
+    p_y = (cell // w.GRID * room + jitter[1] * (room - p_size)).astype(np.int64)
+    p_x = (cell % w.GRID * room + jitter[0] * (room - p_size)).astype(np.int64)
+    p_colour = _colour(rearrange(u[:, lay.COLOURS], "b (m c) -> m b c", c=3), ~light_bg)
+    assert p_rows.shape == (lay.MAX_OBJECTS, b)
+    return {
+        "clutter_rows": c_rows,
+        "clutter_corner": c_y * width + c_x,
+        "clutter_colour": c_colour,
+        "part_rows": p_rows,
+        "part_corner": p_y * width + p_x,
+        "part_colour": p_colour,
+        "background": background,
+        "field": field,
+    }
+
+
+def _paste(flat: Tensor, alpha: Tensor, corner: Tensor, window: Tensor, colour: Tensor) -> None:
+    """Paint ``colour`` (B, 3) through ``alpha`` (B, T*T) into the window of offsets
+    ``window`` (T*T) at ``corner`` (B,) of the flattened canvas ``flat`` (B, 3, H*W),
+    which has a margin right and below wide enough for every window: a gather and a
+    scatter of the window, nothing else."""
+    index = (corner[:, None] + window[None, :])[:, None, :].expand(-1, 3, -1)
+    pixels = flat.gather(2, index)
+    pixels += alpha[:, None, :] * (colour[:, :, None] - pixels)
+    flat.scatter_(2, index, pixels)
 
 
 def render(
@@ -120,46 +177,23 @@ def render(
     scene = lay.decide(task, split, indices)
     dev = torch.device(device)
     bank = _bank(image_size, str(dev))
-    s = image_size
-    u = torch.from_numpy(scene.u.astype(np.float32)).to(dev)
-    light_bg = u[:, lay.POLARITY][:, 0] < 0.5
+    p = {k: torch.from_numpy(v).to(dev) for k, v in _layers(scene, image_size, bank).items()}
+    s, b = image_size, len(scene.part)
+
     # 1. the clutter field, between two colours of the background's brightness (the
     # canvas has a margin right and below, where windows may reach; cropped at the end)
-    c0 = _colour(u[:, lay.BACKGROUND][:, :3], light_bg)
-    c1 = _colour(u[:, lay.BACKGROUND][:, 3:], light_bg)
-    which = (u[:, lay.FIELD][:, 0] * FIELDS).long().clamp_(max=FIELDS - 1)
-    per_image = lambda c: rearrange(c, "b c -> b c 1 1")  # noqa: E731
-    canvas = torch.addcmul(per_image(c0), bank["fields"][which], per_image(c1 - c0))
-
-    # 2. clutter fragments, anywhere, each light or dark at random
-    frag = rearrange(u[:, lay.CLUTTER], "b (k f) -> k f b", k=w.MAX_CLUTTER)
-    sprites, lo = bank["clutter"], bank["clutter_lo"]
-    for f in frag:
-        size = lo + (f[2] * sprites.shape[1]).long().clamp_(max=sprites.shape[1] - 1)
-        bitmap = (f[1] * len(sprites)).long().clamp_(max=len(sprites) - 1)
-        alpha = sprites[bitmap, size - lo] * (f[0] < 0.75).float()[:, None, None]
-        y0 = (f[4] * (s - size + 1)).long()
-        x0 = (f[3] * (s - size + 1)).long()
-        _paste(canvas, alpha, y0, x0, _colour(rearrange(f[5:8], "c b -> b c"), f[5] < 0.5))
-
-    # 3. the parts, in their cells, in the opposite brightness to the background
-    sprites, lo = bank["parts"], bank["part_lo"]
-    part = torch.from_numpy(scene.part).to(dev)
-    valid = torch.from_numpy(scene.valid).to(dev)
-    cell = torch.from_numpy(scene.cell).to(dev)
-    sizes = lo + (u[:, lay.SIZES] * sprites.shape[1]).long().clamp_(max=sprites.shape[1] - 1)
-    jitter = rearrange(u[:, lay.JITTER], "b (m xy) -> b m xy", xy=2)
-    colours = rearrange(u[:, lay.COLOURS], "b (m c) -> b m c", c=3)
-    room = s / w.GRID
-    for j in range(lay.MAX_OBJECTS):
-        size = sizes[:, j]
-        alpha = sprites[part[:, j], size - lo] * valid[:, j].float()[:, None, None]
-        row, col = cell[:, j] // w.GRID, cell[:, j] % w.GRID
-        y0 = (row * room + jitter[:, j, 1] * (room - size)).long()
-        x0 = (col * room + jitter[:, j, 0] * (room - size)).long()
-        _paste(canvas, alpha, y0, x0, _colour(colours[:, j], ~light_bg))
-
+    c0, c1 = (rearrange(c, "b c -> b c 1 1") for c in p["background"])
+    canvas = torch.addcmul(c0, bank["fields"][p["field"]], c1 - c0)
+    flat = rearrange(canvas, "b c h w -> b c (h w)")
+    # 2. clutter fragments, then 3. the parts, one layer at a time
+    for kind in ("clutter", "part"):
+        sprites = bank["parts" if kind == "part" else "clutter"]
+        for rows, corner, colour in zip(
+            p[f"{kind}_rows"], p[f"{kind}_corner"], p[f"{kind}_colour"], strict=True
+        ):
+            _paste(flat, sprites[rows], corner, bank[f"{kind}_window"], colour)
     images = canvas[:, :, :s, :s].contiguous()
+    assert images.shape[0] == b
     return Batch(images=images, targets=torch.from_numpy(scene.targets).to(dev))
 
 
