@@ -2,6 +2,7 @@
 
     benchmarks/gpu_smoke.sh                      # every visible GPU, 300 steps per model
     benchmarks/gpu_smoke.sh --steps 100 --gpus 1
+    benchmarks/gpu_smoke.sh --calibrate          # and append the speeds to the budget table
 
 Trains ViT-B/16 and BiT-R50x1 (and BiT-R50x1 again without channels-last) on the
 synthetic set at 224 px in bf16 with ``vitscale train`` under ``torchrun``, one process
@@ -98,6 +99,31 @@ def _print_table(results: list[dict]) -> None:
         )
 
 
+def _calibrate(path: Path, results: list[dict], args, argv: list[str] | None) -> None:
+    """Append the measured speeds to the calibration table (vitscale.grid.calibration)."""
+    import datetime as dt
+
+    from vitscale.grid.calibration import Measured, append_rows
+
+    command = " ".join(["benchmarks/gpu_smoke.sh", *(argv if argv is not None else sys.argv[1:])])
+    rows = [
+        Measured(
+            gpu=r["device"],
+            model=r["model"],
+            image_size=IMAGE_SIZE,
+            precision="bf16",
+            compile=bool(r["compile"]),
+            batch_per_gpu=args.batch_per_gpu,
+            images_per_s=round(r["images_per_s_per_gpu"], 1),
+            date=dt.date.today().isoformat(),
+            source=command,
+        )
+        for r in results
+    ]
+    append_rows(path, rows)
+    print(f"calibration: {len(rows)} row(s) appended to {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=300, help="training steps per model")
@@ -109,6 +135,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--compile", action="store_true", help="torch.compile the training model")
     ap.add_argument("--out", default="benchmarks/gpu_smoke.json", help="JSON results")
+    ap.add_argument(
+        "--calibrate",
+        nargs="?",
+        const="slurm/profiles/calibration.csv",
+        metavar="CSV",
+        help="append each model's measured images/s to this calibration table (default "
+        "slurm/profiles/calibration.csv), which `vitscale grid --dry-run --profile` budgets "
+        "from on this GPU type",
+    )
     args = ap.parse_args(argv)
 
     import torch
@@ -184,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         f"loader: {loader:,.0f} images/s per process with {workers} workers "
         f"(synthetic, {IMAGE_SIZE} px)"
     )
+    if args.calibrate:
+        _calibrate(Path(args.calibrate), results, args, argv)
     out = Path(args.out)
     out.write_text(
         json.dumps(

@@ -23,7 +23,9 @@ def configure_grid(p: argparse.ArgumentParser) -> None:
         help="local: processes per cell, via torchrun (default 1)",
     )
     p.add_argument(
-        "--profile", help="cluster profile YAML (slurm/profiles/NAME.yaml); sizes and estimates"
+        "--profile",
+        help="cluster profile: a name in slurm/profiles/ (h100x8) or a YAML path; sizes and "
+        "estimates (GPU-hours from calibration.csv beside it where measured)",
     )
     p.add_argument(
         "--wait",

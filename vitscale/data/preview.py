@@ -28,15 +28,19 @@ def pick_examples(dataset: Dataset, *, rows: int, cols: int) -> tuple[list[int],
     """``(classes, indices)``: ``rows`` classes spread evenly over the dataset's classes
     and, for each, the first ``cols`` indices of that class (fewer if the split has fewer).
 
-    Labels come from ``dataset.targets_of``, so no image is decoded; the split is scanned
+    Labels come from ``dataset.targets_of``, so no image is decoded (a multi-label set's
+    rows are among the labels its examples are filed under); the split is scanned
     in blocks until every chosen class has ``cols`` examples (the synthetic upstream split
     cycles through its classes, so a 10^9-example split stops after one block).
     """
     if rows < 1 or cols < 1:
         raise ValueError(f"need rows >= 1 and cols >= 1, got rows={rows}, cols={cols}")
-    num_classes = dataset.num_classes
-    rows = min(rows, num_classes)
-    classes = sorted({round(x) for x in np.linspace(0, num_classes - 1, rows)})
+    primary = np.arange(dataset.num_classes)
+    if getattr(dataset, "multilabel", False):  # rows of the labels examples are filed under
+        first = np.arange(min(_SCAN_BLOCK, len(dataset)))
+        primary = np.unique(np.asarray(dataset.targets_of(first)))
+    rows = min(rows, len(primary))
+    classes = sorted({int(primary[round(x)]) for x in np.linspace(0, len(primary) - 1, rows)})
     found: dict[int, list[int]] = {c: [] for c in classes}
     wanted = np.asarray(classes)
     for start in range(0, len(dataset), _SCAN_BLOCK):

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..catalog import model_columns
+from .calibration import ASSUMED, BASES, FAMILY, MEASURED
 from .cost import cell_cost
 from .placement import Placement, apply_placements, place_grid
 from .plan import plan, summary
@@ -39,6 +40,8 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
         "gpu_hours_to_run": sum(c.gpu_hours or 0 for c in todo),
         "sustained_tflops_per_gpu": est.sustained_tflops,
         "profile": est.name,
+        "gpu_type": est.gpu_type,
+        "gpu_hours_basis": {b: sum(c.basis == b for c in costs) for b in BASES},
     }
     if as_json:
         cells = [
@@ -53,6 +56,7 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
                 "examples_seen": c.examples_seen,
                 "exaflops": c.exaflops,
                 "gpu_hours": c.gpu_hours,
+                "gpu_hours_basis": c.basis,
                 "action": actions[c.cell.id],
                 "memory": _memory_json(fits.get(c.cell.id)),
                 "config": c.cell.config.to_dict(),
@@ -71,7 +75,7 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
     memory_head = f" {'GiB/GPU':>7} {'micro':>9}" if fits else ""
     head = (
         f"{'id':<10} {'model':<17} {'patch':>5} {'data':<12} {'subset':>8} {'steps':>9} "
-        f"{'examples':>10} {'exaFLOPs':>10} {'GPU-h':>9}{memory_head}  state"
+        f"{'examples':>10} {'exaFLOPs':>10} {'GPU-h':>9} {'basis':<8}{memory_head}  state"
     )
     print(head)
     print("-" * len(head))
@@ -97,15 +101,16 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
         print(
             f"{c.cell.id:<10} {c.cell.config.model.name:<17} {_patch(c.cell.config.model.name):>5} "
             f"{_dataset(d.dataset):<12} {_subset(d.subset):>8} {fmt(c.steps, ','):>9} {fmt(examples, ''):>10} "
-            f"{fmt(c.exaflops, '.4g'):>10} {fmt(c.gpu_hours, ',.1f'):>9}"
+            f"{fmt(c.exaflops, '.4g'):>10} {fmt(c.gpu_hours, ',.1f'):>9} {c.basis:<8}"
             f"{_memory_cells(fits.get(c.cell.id))}  {state}"
         )
     print("-" * len(head))
     print(
-        f"total: {_exaflops(total['exaflops'])} exaFLOPs, {total['gpu_hours']:,.1f} GPU-hours at "
-        f"{est.sustained_tflops:g} TFLOP/s sustained per GPU (profile {est.name!r}); "
-        f"{total['to_run']} cells to run ({total['gpu_hours_to_run']:,.1f} GPU-hours), {total['done']} done"
+        f"total: {_exaflops(total['exaflops'])} exaFLOPs, {total['gpu_hours']:,.1f} GPU-hours "
+        f"(profile {est.name!r}); {total['to_run']} cells to run "
+        f"({total['gpu_hours_to_run']:,.1f} GPU-hours), {total['done']} done"
     )
+    print(f"GPU-hours: {_basis_line(total['gpu_hours_basis'], est)}")
     if fits:
         print(
             "GiB/GPU: estimated peak memory of a training or fine-tuning step per GPU "
@@ -115,6 +120,22 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
     if problems:
         raise GridError(problems)
     return 0
+
+
+def _basis_line(counts: dict[str, int], profile: Profile) -> str:
+    """Which cells' GPU-hours are measured, and which assumed (vitscale.grid.calibration)."""
+    gpu = profile.gpu_type or "no gpu_type in the profile"
+    parts = []
+    if counts[MEASURED]:
+        parts.append(f"{counts[MEASURED]} cell(s) from their model's speed measured on {gpu}")
+    if counts[FAMILY]:
+        parts.append(f"{counts[FAMILY]} from their family's measured TFLOP/s on {gpu}")
+    if counts[ASSUMED]:
+        parts.append(
+            f"{counts[ASSUMED]} assumed at {profile.sustained_tflops:g} TFLOP/s sustained per "
+            "GPU (no measurement: benchmarks/gpu_smoke.sh --calibrate adds one)"
+        )
+    return "; ".join(parts) or "no cells"
 
 
 def _usable_gib(profile: Profile) -> float:
@@ -192,7 +213,9 @@ def grid(
         raise ValueError(f"--stop-timeout must be a number of seconds >= 0, got {stop_timeout}")
     profile = load_profile(profile_path) if profile_path else None
     if executor == "slurm" and profile is None and not dry_run:
-        raise ValueError("--executor slurm needs --profile slurm/profiles/NAME.yaml")
+        raise ValueError(
+            "--executor slurm needs --profile NAME (slurm/profiles/NAME.yaml) or a path"
+        )
     launch = processes if executor == "local" else None  # SLURM: each cell's resources
     g = load_grid(
         path, overrides=overrides, num_processes=launch, profile=profile, running=not dry_run

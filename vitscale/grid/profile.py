@@ -49,6 +49,11 @@ class Profile:
     array_parallelism: int = 16
     signal_delay_s: int = 60
     setup: list[str] = field(default_factory=list)
+    # The GPU's name as torch reports it, or a part of it ("H100 80GB HBM3"): budgets read
+    # the measured speeds of calibration.csv beside the profile (vitscale.grid.calibration).
+    gpu_type: str | None = None
+    # Read from calibration.csv beside the profile file, not a key of the YAML.
+    calibration: tuple = field(default=(), compare=False, repr=False)
 
     @property
     def time_limit_min(self) -> int:
@@ -89,18 +94,46 @@ class Profile:
         return problems
 
 
-def load_profile(path: str | Path) -> Profile:
-    path = Path(path)
-    if not path.is_file():
-        available = (
-            sorted(p.stem for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
-        )
-        hint = f"; profiles there: {', '.join(available)}" if available else ""
-        raise ValueError(f"cluster profile not found: {path}{hint}")
+# Where a profile named without a path is looked for: the working directory's
+# slurm/profiles/, then the one beside this package (a source checkout).
+PROFILE_DIRS = (Path("slurm/profiles"), Path(__file__).resolve().parents[2] / "slurm" / "profiles")
+
+
+def known_profiles() -> list[str]:
+    """The names ``--profile NAME`` finds."""
+    return sorted({p.stem for d in PROFILE_DIRS if d.is_dir() for p in d.glob("*.yaml")})
+
+
+def find_profile(name_or_path: str | Path) -> Path:
+    """A profile's file: the path as given, or for a bare name (``h100x8``) the file of
+    that name in :data:`PROFILE_DIRS`; an error listing the known names otherwise."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    if path.parent == Path(".") and path.suffix in ("", ".yaml"):
+        for folder in PROFILE_DIRS:
+            candidate = folder / f"{path.stem}.yaml"
+            if candidate.is_file():
+                return candidate
+    available = (
+        sorted(p.stem for p in path.parent.glob("*.yaml"))
+        if path.parent != Path(".") and path.parent.is_dir()
+        else known_profiles()
+    )
+    hint = f"; known profiles: {', '.join(available)}" if available else ""
+    raise ValueError(f"cluster profile not found: {name_or_path}{hint}")
+
+
+def load_profile(name_or_path: str | Path) -> Profile:
+    """The profile of a file, or of a name found in :data:`PROFILE_DIRS`, with the
+    measured speeds of the ``calibration.csv`` beside it."""
+    from .calibration import CALIBRATION_FILE, load_calibration
+
+    path = find_profile(name_or_path)
     raw = yaml_load(path.read_text(), source=str(path)) or {}
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: the top level must be a mapping of profile keys")
-    valid = [f.name for f in fields(Profile) if f.name != "name"]
+    valid = [f.name for f in fields(Profile) if f.name not in ("name", "calibration")]
     problems = []
     for key in raw:
         if key not in valid:
@@ -111,7 +144,9 @@ def load_profile(path: str | Path) -> Profile:
         problems += [f"{path}: setup: {p}" for p in deprecated_env_names(str(line))]
     if problems:
         raise ValueError("\n".join(problems))
-    return Profile(name=path.stem, **raw)
+    return Profile(
+        name=path.stem, **raw, calibration=load_calibration(path.parent / CALIBRATION_FILE)
+    )
 
 
 # NCCL settings PyTorch reads under a TORCH_ name since 2.2; the old names are deprecated
