@@ -155,10 +155,14 @@ def _cpu_seconds(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def loader_rate(shards: Path, workers: int, *, batches: int) -> tuple[float, float]:
+def loader_rate(
+    shards: Path, workers: int, *, batches: int, on_device: bool = False
+) -> tuple[float, float]:
     """The whole stream through ``build_loader`` with ``workers`` processes: images per
-    wall second, and per CPU second of the workers and the training process together."""
+    wall second, and per CPU second of the workers and the training process together.
+    ``on_device``: the workers only read the bytes (``data.decode: device``)."""
     ds = build_dataset(f"shards:{shards}", "train", image_size=SIZE)
+    ds.on_device = on_device
     loader = build_loader(ds, batch_size=64, seed=0, num_workers=workers)
     batches_ = iter(loader)
     next(batches_)  # workers started
@@ -219,7 +223,16 @@ def train_step_rates(shards: Path, workers: int, *, steps: int) -> dict:
     ds = build_dataset(f"shards:{shards}", "train", image_size=SIZE)
     loader = build_loader(ds, batch_size=batch, seed=0, num_workers=workers)
     on_gpu = ((xb.cuda(non_blocking=True), yb.cuda(non_blocking=True)) for xb, yb in loader)
-    return {"resident": resident, "loader": images_per_s(on_gpu)}
+    fed = images_per_s(on_gpu)
+    # data.decode: device: the workers read bytes, the GPU decodes, crops and flips
+    from vitscale.data.shards.device import DeviceDecoder
+
+    ds = build_dataset(f"shards:{shards}", "train", image_size=SIZE)
+    ds.on_device = True
+    decoder = DeviceDecoder(image_size=SIZE, augment=True, crop=True, device="cuda")
+    loader = build_loader(ds, batch_size=batch, seed=0, num_workers=workers)
+    decoded = (tuple(decoder(b)) for b in loader)
+    return {"resident": resident, "loader": fed, "loader_gpu_decode": images_per_s(decoded)}
 
 
 def _row(path: str, rates: list[tuple[float, float]], **extra) -> dict:
@@ -291,6 +304,12 @@ def main() -> None:
             ]
             path = f"shards, DataLoader x {args.workers} (all processes)"
             rows.append(_row(path, rates, cores=args.workers))
+            rates = [
+                loader_rate(tmp / "shards", args.workers, batches=20, on_device=True)
+                for _ in range(args.rounds)
+            ]
+            path = f"shards read only (data.decode: device), DataLoader x {args.workers}"
+            rows.append(_row(path, rates, cores=args.workers))
         if args.device == "cuda":
             rows.append(
                 {
@@ -312,6 +331,14 @@ def main() -> None:
                     {
                         "path": f"ViT-B/16 bf16 step, loader x {max(args.workers, 1)}",
                         "images_per_s": r["loader"],
+                        "cores": max(args.workers, 1),
+                    }
+                )
+                rows.append(
+                    {
+                        "path": f"ViT-B/16 bf16 step, loader x {max(args.workers, 1)}, "
+                        "decoded on the GPU",
+                        "images_per_s": r["loader_gpu_decode"],
                         "cores": max(args.workers, 1),
                     }
                 )

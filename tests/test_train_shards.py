@@ -20,6 +20,7 @@ from vitscale import record as rf
 from vitscale.cli import main
 from vitscale.config import resolve
 from vitscale.data import build_dataset
+from vitscale.data.registry import DatasetFormatError
 from vitscale.train import Preempted, checkpoint, train
 
 from .helpers.configs import tiny_config
@@ -142,3 +143,30 @@ def test_cli_train_names_a_bad_example_in_one_line(tmp_path, capsys):
     assert "skip_bad_samples" in line
     result = rf.read_json(tmp_path / "r" / rf.RESULT)
     assert result["status"] == rf.STATUS_FAILED and result["failed_step"] == 1
+
+
+def test_decoding_on_the_device_trains_the_same_run(shards, uninterrupted, tmp_path, monkeypatch):
+    """``data.decode: device``: the workers only read bytes, the trainer's process decodes,
+    crops and flips them where it trains. On the CPU that is the same decoder and kernels,
+    so the run is bit-identical to the workers' decoding, through a SIGUSR1 mid-epoch and
+    a resume with a loader worker: the same examples, crops and flips at every position."""
+    device = {"decode": "device"}
+    with monkeypatch.context() as patch:
+        signal_at(patch, 6)
+        with pytest.raises(Preempted):
+            train(shard_config(shards, data=device), tmp_path)
+    result = train(shard_config(shards, data={**device, "num_workers": 1}), tmp_path)
+    assert result.status == rf.STATUS_DONE and result.restarts == 1
+    assert_same_run(uninterrupted, tmp_path)
+
+
+def test_an_image_that_does_not_decode_on_the_device_is_named(tmp_path):
+    """The workers found its bytes and label; the device's decoder finds it broken, and
+    says which example and how to have such examples replaced."""
+    root = bad_set(tmp_path / "bad", {"jpg": b"\xff\xd8 not a jpeg", "cls": b"1"})
+    config = shard_config(root, data={"subset": None, "decode": "device"})
+    config["eval"]["upstream"]["examples"] = 0
+    config["train"].update(steps=3, batch_size=4)
+    config["optim"]["warmup_steps"] = 1
+    with pytest.raises(DatasetFormatError, match=r"img00099.*data\.decode: workers"):
+        train(config, tmp_path / "run")

@@ -22,6 +22,7 @@ OPERATIONAL_KEYS = (
     "data.num_workers",
     "data.download",
     "data.skip_bad_samples",
+    "data.decode",
     "train.micro_batch_size",
     "train.compile",
     "train.channels_last",

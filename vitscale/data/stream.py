@@ -190,9 +190,10 @@ def build_loader(
 
     ``batch_size`` is per process. With ``num_workers > 0`` batches are rendered or decoded
     in worker processes; real map-style datasets' random augmentation then draws from the
-    workers' seeds (drawn from ``seed`` and ``rank``), so only ``num_workers=0`` resumes bit-exactly with augmentation on (the
-    synthetic set has no augmentation and resumes exactly either way; a sharded set seeds
-    each example's augmentation itself and is exact with workers too). Workers ignore
+    workers' seeds (drawn from ``seed`` and ``rank``), so only ``num_workers=0`` resumes
+    bit-exactly with augmentation on (the synthetic set has no augmentation and resumes
+    exactly either way; a sharded set seeds each example's augmentation itself and is
+    exact with workers too). Workers ignore
     SLURM's signals, which the trainer handles (:mod:`vitscale.data.workers`).
     """
     if isinstance(dataset, OwnStream):

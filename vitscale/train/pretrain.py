@@ -123,6 +123,8 @@ def _next_batch(run: Run, between: _Between) -> tuple[torch.Tensor, torch.Tensor
     """This process's next batch on its device; bad examples the loader replaced are
     counted until the next sync step."""
     batch = next(run.batches)
+    if run.decoder is not None:  # encoded bytes: decoded and augmented here (data.decode)
+        batch = run.decoder(batch)
     between.skipped += len(batch.skipped)
     run.progress["skipped"] = (run.progress["skipped"] + list(batch.skipped))[:100]
     images, targets = batch

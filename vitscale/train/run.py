@@ -94,6 +94,8 @@ class Run:
     tracker: Tracker | None = None
     evaluator: TransferEvaluator | None = None
     batches: Any = None
+    # Decodes the loader's encoded batches on the device (data.decode), or None.
+    decoder: Any = None
 
     @property
     def world(self) -> int:
@@ -347,6 +349,7 @@ def setup(config: dict | Config | Plan, run_dir: Path, preemption: PreemptionFla
     if planned.num_processes != accelerator.num_processes:  # the launch, known only now
         planned = planned.with_num_processes(accelerator.num_processes)
     train_set, planned = _pretraining_set(planned, accelerator)
+    decoder = _device_decoder(cfg, train_set, accelerator.device)
     total_steps, cid = planned.total_steps, planned.cell_id
     resolved = _record_config(planned, run_dir, train_set, accelerator)
     run = Run(
@@ -363,6 +366,7 @@ def setup(config: dict | Config | Plan, run_dir: Path, preemption: PreemptionFla
         resolved=resolved,
         started=started,
         setup_started=setup_started,
+        decoder=decoder,
         **_model(cfg, accelerator, train_set.num_classes, total_steps),
     )
     run.accelerator.print(
@@ -405,6 +409,24 @@ def _pretraining_set(planned: Plan, accelerator) -> tuple[Any, Plan]:
     if train_set.multilabel and cfg.train.loss == "softmax":
         raise ConfigError([f"train.loss: {d.dataset} is multi-label; use 'sigmoid'"])
     return train_set, planned
+
+
+def _device_decoder(cfg: Config, train_set, device: torch.device):
+    """A sharded set decoded on the training device (``data.decode``): its stream then
+    yields encoded bytes, and this decodes them; None where the workers decode."""
+    from ..data.shards.dataset import ShardSet
+    from ..data.shards.device import DeviceDecoder, decode_on_device
+
+    on_device = decode_on_device(cfg.data.decode, device)
+    if not (on_device and isinstance(train_set, ShardSet)):
+        return None
+    train_set.on_device = True
+    return DeviceDecoder(
+        image_size=cfg.data.image_size,
+        augment=train_set.augment,
+        crop=train_set.crop,
+        device=device,
+    )
 
 
 def _record_config(planned: Plan, run_dir: Path, train_set, accelerator) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from ..registry import DatasetFormatError, DatasetNotFoundError
 from ..stream import OwnStream, PositionStream, ReadFailure, seed63
 from ..subsets import SubsetSpec
 from ..transforms import eval_transform, to_signed_float, train_transform
+from .device import EncodedBatch
 from .index import (
     Selection,
     ShardIndex,
@@ -87,6 +88,10 @@ class ShardSet(Dataset, OwnStream):
         # Open shards kept per process: the one or two windows a batch reads from, and
         # within the file descriptors a process has (two per open shard).
         self._reader = ShardReader(name, capacity=min(max(64, 2 * window), 400))
+        self.crop = index.crop
+        self.image_size = image_size
+        # The stream yields encoded bytes, decoded where the model trains (data.decode).
+        self.on_device = False
         if not index.crop:
             self.transform = v2.Compose(
                 [v2.Resize((image_size, image_size), antialias=True), to_signed_float()]
@@ -119,8 +124,8 @@ class ShardSet(Dataset, OwnStream):
         target[labels] = 1.0
         return target
 
-    def load(self, i: int, *, seed: int | None = None) -> tuple[Tensor, Tensor]:
-        """Example ``i``; with ``seed``, its augmentation draws from a generator seeded so."""
+    def read(self, i: int) -> tuple[bytes, Tensor, Path, str]:
+        """Example ``i`` undecoded: its image's bytes, its target, its shard and key."""
         piece, inner = self._locate(i)
         path = self._paths[piece]
         sample = self._reader.sample(path, self._nsamples[piece], inner)
@@ -129,14 +134,22 @@ class ShardSet(Dataset, OwnStream):
             if found is None:
                 raise ValueError("no image (.jpg, .jpeg, .png or .webp)")
             labels = labels_of(sample, self._labels)
-            image = decode(found[1])
         except ValueError as e:
             raise SampleError(self.name, path, sample["__key__"], str(e)) from None
+        return found[1], self._target(labels), path, sample["__key__"]
+
+    def load(self, i: int, *, seed: int | None = None) -> tuple[Tensor, Tensor]:
+        """Example ``i``; with ``seed``, its augmentation draws from a generator seeded so."""
+        data, target, path, key = self.read(i)
+        try:
+            image = decode(data)
+        except ValueError as e:
+            raise SampleError(self.name, path, key, str(e)) from None
         if seed is None:
-            return self.transform(image), self._target(labels)
+            return self.transform(image), target
         with torch.random.fork_rng(devices=[]):
             torch.default_generator.manual_seed(seed)
-            return self.transform(image), self._target(labels)
+            return self.transform(image), target
 
     def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
         return self.load(int(i))
@@ -174,12 +187,16 @@ class ShardStream(PositionStream):
         self.seed = seed63(seed)
         self.order = WindowedOrder(takes=shards.takes, seed=seed, window=shards.window)
 
-    def _one(self, position: int, example: int, skipped: list[str]) -> tuple[Tensor, Tensor]:
-        """The example at ``position``, or the next good one (counted in ``skipped``)."""
+    def _one(self, position: int, example: int, skipped: list[str]) -> tuple:
+        """The example at ``position``, or the next good one (counted in ``skipped``):
+        ``(image, target)``, or on a device-decoding set ``(bytes, target, shard, key, seed)``."""
         limit = self.base.skip_bad_samples
         while True:
+            seed = derive_key(_AUGMENT, self.seed, position)
             try:
-                return self.base.load(example, seed=derive_key(_AUGMENT, self.seed, position))
+                if self.base.on_device:
+                    return (*self.base.read(example), seed)
+                return self.base.load(example, seed=seed)
             except SampleError as e:
                 if not limit:
                     raise DatasetFormatError(f"{e}; {_SKIP_HINT}") from None
@@ -203,8 +220,23 @@ class ShardStream(PositionStream):
             return ReadFailure(error=DatasetNotFoundError, message=str(e))
         except DatasetFormatError as e:
             return ReadFailure(error=DatasetFormatError, message=str(e))
+        if self.base.on_device:
+            return _encoded(pairs, skipped)
         batch = collate(pairs)
         return Batch(images=batch.images, targets=batch.targets, skipped=tuple(skipped))
+
+
+def _encoded(examples: list[tuple], skipped: list[str]) -> EncodedBatch:
+    """The undecoded examples of a batch as one :class:`EncodedBatch`."""
+    data = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d, *_ in examples]
+    return EncodedBatch(
+        images=torch.cat(data),
+        targets=torch.stack([t for _, t, *_ in examples]),
+        lengths=torch.tensor([len(d) for d in data]),
+        seeds=tuple(seed for *_, seed in examples),
+        keys=tuple(f"{shard}: key {key!r}" for _, _, shard, key, _ in examples),
+        skipped=tuple(skipped),
+    )
 
 
 def load_shards(
