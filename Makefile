@@ -91,10 +91,11 @@ endif
 
 demo-report: report
 
-# The study (<= 60 minutes on 2 cores): Figs. 4 and 5 at toy scale, four subsets, two
-# sizes per family, two seeds, three durations on the largest subset, in both worlds: the
-# glyph world (the local-shape control) and the scenes world (pre-registered:
-# experiments/preregistered/scenes.md; its verdict reads the suite mean, SCENES_METRIC).
+# The study (1 h 23 min on 2 cores without bf16 units; README, "The study"): Figs. 4 and 5
+# at toy scale, four subsets, two sizes per family, two seeds, three durations on the
+# largest subset, in both worlds: the glyph world (the local-shape control) and the scenes
+# world (pre-registered: experiments/preregistered/scenes.md; its verdict reads the suite
+# mean, SCENES_METRIC).
 SCENES_METRIC = average(fewshot/scenes-arrangements/5shot, fewshot/scenes-count/5shot, fewshot/scenes-parts/5shot, fewshot/scenes-same/5shot)
 study: $(STAMP)
 	$(VENV)/bin/vitscale grid experiments/study.yaml --executor local --workers $(WORKERS) --runs $(RUNS)
