@@ -106,16 +106,17 @@ def _our_step(name: str, *, device, image_size: int, compile: bool, precision: s
     return (lambda x, y: step(x, y)), prepared
 
 
-def _batches(args, device, batch: int):
-    """Endless (images, labels) on ``device``: one resident batch, or our shard loader."""
-    if not args.shards:
+def _batches(shards: str | None, args, device, batch: int):
+    """Endless (images, labels) on ``device``: one resident batch, or, from ``shards``,
+    our shard loader."""
+    if not shards:
         x = torch.randn(batch, 3, args.image_size, args.image_size, device=device)
         y = torch.randint(0, NUM_CLASSES, (batch,), device=device)
         while True:
             yield x, y
     from vitscale.data import build_dataset, build_loader
 
-    ds = build_dataset(f"shards:{args.shards}", "train", image_size=args.image_size)
+    ds = build_dataset(f"shards:{shards}", "train", image_size=args.image_size)
     for images, targets in build_loader(ds, batch_size=batch, seed=0, num_workers=args.workers):
         labels = targets if targets.ndim == 1 else targets.argmax(-1)  # endless
         yield (
@@ -178,9 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                         step, model = _timm_step(PAIRS[ours], precision=precision, **kw)
                     else:
                         step, model = _our_step(ours, precision=precision, batch=args.batch, **kw)
-                    batches = _batches(
-                        args if feed == "shards" else _Resident(args), device, args.batch
-                    )
+                    shards = args.shards if feed == "shards" else None
+                    batches = _batches(shards, args, device, args.batch)
                     rate = _measure(
                         step,
                         batches,
@@ -217,13 +217,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"wrote {args.out}")
     return 0
-
-
-class _Resident(argparse.Namespace):
-    """``args`` without ``--shards``: the resident-tensor feed."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        super().__init__(**{**vars(args), "shards": None})
 
 
 if __name__ == "__main__":

@@ -38,6 +38,19 @@ def derive_key(*words: int) -> int:
     return int(key)
 
 
+class Fields:
+    """Names for the columns of :func:`uniform`'s per-example draws: each ``take(n)`` is
+    the next ``n`` columns; ``size`` is how many there are so far."""
+
+    def __init__(self) -> None:
+        self.size = 0
+
+    def take(self, n: int) -> slice:
+        s = slice(self.size, self.size + n)
+        self.size += n
+        return s
+
+
 def uniform(key: int, index: np.ndarray, fields: int) -> np.ndarray:
     """``(len(index), fields)`` float64 draws in [0, 1): field ``j`` of example ``i``."""
     index = np.ravel(np.asarray(index, dtype=np.uint64))

@@ -7,6 +7,8 @@ both give the same weights.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 import torch.nn.functional as F
 
@@ -25,10 +27,13 @@ def project(features: torch.Tensor, width: int) -> torch.Tensor:
     ``N(0, 1/width)`` draw), which nearly preserves distances (Johnson-Lindenstrauss) and
     is a random rotation when ``D == width``.
     """
-    d = features.shape[1]
+    return features.double() @ _projection(features.shape[1], width)
+
+
+@lru_cache(maxsize=16)
+def _projection(d: int, width: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(_PROJECTION_SEED + d)
-    matrix = torch.randn(d, width, generator=g, dtype=torch.float64) / width**0.5
-    return features.double() @ matrix
+    return torch.randn(d, width, generator=g, dtype=torch.float64) / width**0.5
 
 
 def ridge_fewshot_accuracy(

@@ -211,15 +211,14 @@ def _stop(signum, frame) -> None:
     raise _Stop
 
 
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
-
-
 def _ending() -> None:
     """This process has answered and is exiting: a stop signal now (the kernel's word that
     the grid, which read the answer, has ended; a late Ctrl-C) has nothing left to stop,
     and raised inside the interpreter's exit it would print a traceback from whichever
     finaliser it interrupts. Ignored from here on."""
-    for sig in _STOP_SIGNALS:
+    from ..data.workers import STOP_SIGNALS  # a worker has torch loaded already
+
+    for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
 
 
@@ -236,11 +235,13 @@ def serve() -> int:
     """
     import traceback
 
+    from ..data.workers import STOP_SIGNALS
+
     report = os.dup(1)  # the answers; anything else printed between cells goes nowhere
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.close(devnull)
-    for sig in _STOP_SIGNALS:
+    for sig in STOP_SIGNALS:
         signal.signal(sig, _stop)  # the trainer handles them itself while a cell trains
     try:
         for line in sys.stdin:

@@ -10,10 +10,11 @@ the resolution.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
-from .._hash import derive_key, uniform
+from .._hash import Fields, derive_key, uniform
 from . import world as w
 
 MAX_OBJECTS = w.MAX_OBJECTS
@@ -22,17 +23,7 @@ _SPLIT_STREAM = {"train": 0, "val": 1, "test": 2}
 _ANCHORS = np.array([r * w.GRID + c for r in range(w.GRID) for c in range(w.GRID - 1)])
 
 
-class _Fields:
-    def __init__(self) -> None:
-        self.size = 0
-
-    def take(self, n: int) -> slice:
-        s = slice(self.size, self.size + n)
-        self.size += n
-        return s
-
-
-_F = _Fields()
+_F = Fields()
 POLARITY = _F.take(1)
 BACKGROUND = _F.take(6)  # two colours
 FIELD = _F.take(1)  # which clutter field of the renderer's bank
@@ -90,16 +81,21 @@ def _arrangement(u: np.ndarray, pairs: np.ndarray, classes: np.ndarray, singles:
     return part, valid, cell
 
 
+@cache
+def _registered() -> np.ndarray:
+    """``(P, P)``: the registered arrangement ``(a, b)``'s index, or -1."""
+    table = np.full((w.UPSTREAM_PARTS, w.UPSTREAM_PARTS), -1, dtype=np.int64)
+    pairs = w.arrangements()[0]
+    table[pairs[:, 0], pairs[:, 1]] = np.arange(len(pairs))
+    return table
+
+
 def _upstream_targets(part: np.ndarray, valid: np.ndarray, cell: np.ndarray) -> np.ndarray:
     """Multi-hot labels of what a scene contains (:mod:`.world`): its parts, every
     registered arrangement formed by two parts in horizontally adjacent cells, its count
     and whether a part repeats."""
     b = len(part)
     targets = np.zeros((b, w.NUM_UPSTREAM_LABELS), dtype=np.float32)
-    rows = np.arange(b)
-    registered = np.full((w.UPSTREAM_PARTS, w.UPSTREAM_PARTS), -1, dtype=np.int64)
-    reg = w.arrangements()[0]
-    registered[reg[:, 0], reg[:, 1]] = np.arange(len(reg))
     example, obj = np.nonzero(valid)
     targets[example, w.LABEL_PARTS.start + part[example, obj]] = 1.0
     # (B, i, j): object j in the cell right of object i, in the same row
@@ -109,11 +105,11 @@ def _upstream_targets(part: np.ndarray, valid: np.ndarray, cell: np.ndarray) -> 
         & (cell[:, None, :] == cell[:, :, None] + 1)
         & (cell[:, :, None] % w.GRID < w.GRID - 1)
     )
-    found = registered[part[:, :, None], part[:, None, :]]
+    found = _registered()[part[:, :, None], part[:, None, :]]
     hit = beside & (found >= 0)
     targets[np.nonzero(hit)[0], w.LABEL_ARRANGEMENTS.start + found[hit]] = 1.0
     count = valid.sum(axis=1)
-    targets[rows, w.LABEL_COUNTS.start + count - w.MIN_OBJECTS] = 1.0
+    targets[np.arange(b), w.LABEL_COUNTS.start + count - w.MIN_OBJECTS] = 1.0
     same = (part[:, :, None] == part[:, None, :]) & valid[:, :, None] & valid[:, None, :]
     repeat = same.sum(axis=(1, 2)) > count
     targets[:, w.LABEL_REPEAT] = repeat

@@ -22,10 +22,10 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor
-from torch.utils.data import Dataset
 
 from .._hash import derive_key, uniform
 from ..batch import Batch
+from ..rendered import RenderedSplit
 from . import layout as lay
 from . import world as w
 
@@ -110,7 +110,6 @@ def _layers(scene: lay.Scene, size: int, bank: dict) -> dict[str, np.ndarray]:
     colour ``(L, B, 3)``; and the background's colours ``(2, B, 3)`` and field ``(B,)``.
     Small arrays: numpy, where an operation costs a microsecond, not torch's several."""
     u = scene.u.astype(np.float32)
-    b = len(u)
     width = size + bank["part_sizes"][1]
     light_bg = u[:, lay.POLARITY][:, 0] < 0.5
     background = _colour(rearrange(u[:, lay.BACKGROUND], "b (k c) -> k b c", c=3), light_bg)
@@ -143,7 +142,6 @@ def _layers(scene: lay.Scene, size: int, bank: dict) -> dict[str, np.ndarray]:
     p_y = (cell // w.GRID * room + jitter[1] * (room - p_size)).astype(np.int64)
     p_x = (cell % w.GRID * room + jitter[0] * (room - p_size)).astype(np.int64)
     p_colour = _colour(rearrange(u[:, lay.COLOURS], "b (m c) -> m b c", c=3), ~light_bg)
-    assert p_rows.shape == (lay.MAX_OBJECTS, b)
     return {
         "clutter_rows": c_rows,
         "clutter_corner": c_y * width + c_x,
@@ -178,7 +176,7 @@ def render(
     dev = torch.device(device)
     bank = _bank(image_size, str(dev))
     p = {k: torch.from_numpy(v).to(dev) for k, v in _layers(scene, image_size, bank).items()}
-    s, b = image_size, len(scene.part)
+    s = image_size
 
     # 1. the clutter field, between two colours of the background's brightness (the
     # canvas has a margin right and below, where windows may reach; cropped at the end)
@@ -193,54 +191,21 @@ def render(
         ):
             _paste(flat, sprites[rows], corner, bank[f"{kind}_window"], colour)
     images = canvas[:, :, :s, :s].contiguous()
-    assert images.shape[0] == b
     return Batch(images=images, targets=torch.from_numpy(scene.targets).to(dev))
 
 
-class SceneImages(Dataset):
-    """One split of a scenes task as a map-style ``Dataset``: ``__getitems__`` draws a
-    whole batch at once; ``ds[i]`` is bit-identical to row ``i`` of any batch holding it."""
+class SceneImages(RenderedSplit):
+    """One split of a scenes task as a ``Dataset`` of (image, target)
+    (:class:`~vitscale.data.rendered.RenderedSplit`)."""
 
-    selection = None  # only a sharded set records which examples it selected
-
-    def __init__(self, task: str | w.SceneTask, *, split: str, image_size: int) -> None:
-        self.task = w.TASKS[task] if isinstance(task, str) else task
-        self.length = self.task.split_size(split)
-        if not MIN_SIZE <= image_size <= MAX_SIZE:
-            raise ValueError(
-                f"scenes image_size must be in [{MIN_SIZE}, {MAX_SIZE}], got {image_size}"
-            )
-        self.split = split
-        self.image_size = image_size
-
-    name = property(lambda self: self.task.name)
-    classes = property(lambda self: list(self.task.classes))
-    num_classes = property(lambda self: self.task.num_classes)
+    tasks = w.TASKS
+    world = "scenes"
+    size_range = (MIN_SIZE, MAX_SIZE)
     multilabel = property(lambda self: self.task.multilabel)
 
-    def __len__(self) -> int:
-        return self.length
+    def draw(self, indices: np.ndarray) -> Batch:
+        return render(self.task, self.split, indices, self.image_size)
 
     def targets_of(self, indices: np.ndarray) -> np.ndarray:
         """(Primary) classes without drawing: what the example was made around."""
         return lay.primary_class(self.task, indices)
-
-    def _check(self, indices) -> np.ndarray:
-        indices = np.asarray(indices, dtype=np.int64)
-        bad = (indices < -self.length) | (indices >= self.length)
-        if bad.any():
-            raise IndexError(f"index {indices[bad][0]} out of range for {self.length} examples")
-        return np.where(indices < 0, indices + self.length, indices)
-
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
-        images, targets = render(self.task, self.split, self._check([index]), self.image_size)
-        return images[0], targets[0]
-
-    def __getitems__(self, indices: list[int]) -> Batch:
-        return render(self.task, self.split, self._check(indices), self.image_size)
-
-    def __repr__(self) -> str:
-        return (
-            f"SceneImages({self.name!r}, split={self.split!r}, "
-            f"image_size={self.image_size}, n={self.length})"
-        )

@@ -40,7 +40,7 @@ from functools import cache
 import numpy as np
 
 from .._hash import derive_key, uniform
-from ..synthetic.vocabulary import glyph_bank
+from ..synthetic.vocabulary import TaskSplits, glyph_bank
 
 # Version of this world: bump it (never silently) if a change alters any rendered pixel.
 WORLD_SEED = 20_261_126
@@ -115,7 +115,7 @@ def arrangements() -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclass(frozen=True)
-class SceneTask:
+class SceneTask(TaskSplits):
     """One task of the scenes world.
 
     ``kind``: ``"upstream"`` (multi-label), ``"parts"`` (which new part), ``"arrangements"``
@@ -145,14 +145,6 @@ class SceneTask:
         if self.kind == "same":
             return ("different", "same")
         return tuple(f"{n} parts" for n in range(COUNT_RANGE[0], COUNT_RANGE[1] + 1))
-
-    def split_size(self, split: str) -> int:
-        sizes = dict(self.splits)
-        if split not in sizes:
-            raise ValueError(
-                f"{self.name}: unknown split {split!r}; valid: {', '.join(map(repr, sizes))}"
-            )
-        return sizes[split]
 
 
 # Upstream labels, in this order: parts, registered arrangements, counts, "a repeat".

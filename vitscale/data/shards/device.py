@@ -35,8 +35,6 @@ from ..batch import Batch
 from ..registry import DatasetFormatError
 from ..transforms import EVAL_RESIZE_RATIO, INCEPTION_AREA, INCEPTION_RATIO
 
-DECODE_CHOICES = ("auto", "workers", "device")
-
 
 @dataclass(frozen=True, kw_only=True)
 class EncodedBatch(Batch):
@@ -185,7 +183,6 @@ class DeviceDecoder:
 
 def decode_on_device(setting: str, device: torch.device) -> bool:
     """``data.decode``: ``"device"``, ``"workers"``, or ``"auto"``: on the device where it
-    is a GPU (nvJPEG), on the workers elsewhere (on a CPU both are the same cores)."""
-    if setting not in DECODE_CHOICES:
-        raise ValueError(f"data.decode: unknown {setting!r}; valid: {', '.join(DECODE_CHOICES)}")
+    is a GPU (nvJPEG), on the workers elsewhere (on a CPU both are the same cores). The
+    config schema has checked the value."""
     return setting == "device" or (setting == "auto" and torch.device(device).type == "cuda")

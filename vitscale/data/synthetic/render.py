@@ -34,10 +34,10 @@ import numpy as np
 import torch
 from einops import rearrange, repeat
 from torch import Tensor
-from torch.utils.data import Dataset
 
 from .._hash import derive_key, uniform
 from ..batch import Batch
+from ..rendered import RenderedSplit
 from . import _fused
 from . import scene as sc
 from .vocabulary import GLYPH_GRID, TASKS, TEXTURES, WORLD_SEED, SyntheticTask, glyph_bank
@@ -362,57 +362,18 @@ def render(
     return Batch(images=images, targets=torch.from_numpy(indices % task.num_classes))
 
 
-class SyntheticImages(Dataset):
-    """One split of a synthetic task as a map-style ``Dataset`` of (image, label).
+class SyntheticImages(RenderedSplit):
+    """One split of a glyph-world task as a ``Dataset`` of (image, label)
+    (:class:`~vitscale.data.rendered.RenderedSplit`)."""
 
-    ``__getitems__`` renders a whole batch in one vectorised pass (torch's DataLoader calls
-    it with the batch's indices) and returns a :class:`~vitscale.data.batch.Batch`, which
-    :func:`~vitscale.data.batch.collate` passes through; ``ds[i]`` is bit-identical to row
-    ``i`` of any batch containing it.
-    """
-
+    tasks = TASKS
+    world = "synthetic"
+    size_range = (MIN_SIZE, MAX_SIZE)
     multilabel = False
-    selection = None  # only a sharded set records which examples it selected
 
-    def __init__(self, task: str | SyntheticTask, *, split: str, image_size: int) -> None:
-        self.task = TASKS[task] if isinstance(task, str) else task
-        self.length = self.task.split_size(split)
-        if split not in _SPLIT_STREAM:
-            raise ValueError(f"unknown split {split!r}; valid: {', '.join(_SPLIT_STREAM)}")
-        if not MIN_SIZE <= image_size <= MAX_SIZE:
-            raise ValueError(
-                f"synthetic image_size must be in [{MIN_SIZE}, {MAX_SIZE}], got {image_size}"
-            )
-        self.split = split
-        self.image_size = image_size
-
-    name = property(lambda self: self.task.name)
-    classes = property(lambda self: list(self.task.classes))
-    num_classes = property(lambda self: self.task.num_classes)
-
-    def __len__(self) -> int:
-        return self.length
+    def draw(self, indices: np.ndarray) -> Batch:
+        return render(self.task, self.split, indices, self.image_size)
 
     def targets_of(self, indices: np.ndarray) -> np.ndarray:
         """Labels without rendering: example ``i`` has class ``i mod num_classes``."""
         return np.asarray(indices, dtype=np.int64) % self.num_classes
-
-    def _check(self, indices: np.ndarray) -> np.ndarray:
-        indices = np.asarray(indices, dtype=np.int64)
-        bad = (indices < -self.length) | (indices >= self.length)
-        if bad.any():
-            raise IndexError(f"index {indices[bad][0]} out of range for {self.length} examples")
-        return np.where(indices < 0, indices + self.length, indices)
-
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
-        images, targets = render(self.task, self.split, self._check([index]), self.image_size)
-        return images[0], targets[0]
-
-    def __getitems__(self, indices: list[int]) -> Batch:
-        return render(self.task, self.split, self._check(indices), self.image_size)
-
-    def __repr__(self) -> str:
-        return (
-            f"SyntheticImages({self.name!r}, split={self.split!r}, "
-            f"image_size={self.image_size}, n={self.length})"
-        )

@@ -4,6 +4,8 @@ compile-time constants), which must draw the same pixels."""
 
 from __future__ import annotations
 
+from .._hash import Fields
+
 # Brightness ranges: background from one, object from the other (contrast >= 0.2 per channel).
 DARK = (0.0, 0.4)
 LIGHT = (0.6, 1.0)
@@ -21,19 +23,7 @@ PATCH_RADIUS = (0.25, 0.4)
 PERIOD = (0.1, 0.16)  # texture period, fraction of the image side
 
 
-class _Fields:
-    """Names for the columns of the per-example uniform draws (one layout for all tasks)."""
-
-    def __init__(self) -> None:
-        self.size = 0
-
-    def take(self, n: int) -> slice:
-        s = slice(self.size, self.size + n)
-        self.size += n
-        return s
-
-
-_F = _Fields()
+_F = Fields()  # one layout for all tasks
 POLARITY = _F.take(1)
 BG_COLOURS = _F.take(6)
 GRADIENT = _F.take(2)

@@ -56,8 +56,23 @@ TEXTURES: tuple[str, ...] = (
 )
 
 
+class TaskSplits:
+    """What every embedded task says about its splits: ``splits`` ((name, size), ...)."""
+
+    name: str
+    splits: tuple[tuple[str, int], ...]
+
+    def split_size(self, split: str) -> int:
+        sizes = dict(self.splits)
+        if split not in sizes:
+            raise ValueError(
+                f"{self.name}: unknown split {split!r}; valid: {', '.join(map(repr, sizes))}"
+            )
+        return sizes[split]
+
+
 @dataclass(frozen=True)
-class SyntheticTask:
+class SyntheticTask(TaskSplits):
     """One classification task of the synthetic family.
 
     ``kind`` says what defines a class: ``"glyph"`` (one glyph of ``glyphs`` per image),
@@ -92,14 +107,6 @@ class SyntheticTask:
     def pairs(self) -> tuple[tuple[int, int], ...]:
         """The unordered glyph pairs of a ``"pair"`` task, in class order."""
         return tuple(combinations(self.glyphs, 2))
-
-    def split_size(self, split: str) -> int:
-        sizes = dict(self.splits)
-        if split not in sizes:
-            raise ValueError(
-                f"{self.name}: unknown split {split!r}; valid: {', '.join(map(repr, sizes))}"
-            )
-        return sizes[split]
 
 
 _UPSTREAM_CLASSES = 256
