@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from vitscale import record as rf
+from vitscale.train import checkpoint
 
 from ..helpers.configs import tiny_config
 from ..helpers.faults import (
@@ -208,20 +209,24 @@ def _one_cell_grid(tmp_path: Path) -> tuple[list[str], Path]:
     return command, runs / "ranks" / cell_id(resolve(config))
 
 
-def test_a_grid_cell_under_torchrun_stopped_is_reported_checkpointed(tmp_path):
-    """``vitscale grid --processes 2`` (one cell under torchrun), SIGTERM to the grid while
-    the cell trains: the cell's two ranks checkpoint and exit 75, which torchrun reports as
-    1; the grid reads rank 0's own answer and says the cell checkpointed and stopped, and
-    ``vitscale status`` that it resumes from that checkpoint."""
+@pytest.mark.parametrize(
+    ("signum", "group"), [(signal.SIGTERM, False), (signal.SIGINT, True)], ids=["kill", "ctrl-c"]
+)
+def test_a_grid_cell_under_torchrun_stopped_is_reported_checkpointed(tmp_path, signum, group):
+    """``vitscale grid --processes 2`` (one cell under torchrun), SIGTERM to the grid (as
+    `kill` sends) or SIGINT to its process group (Ctrl-C) while the cell trains: the
+    cell's two ranks checkpoint and exit 75, which torchrun reports as 1; the grid reads
+    rank 0's own answer and says the cell checkpointed and stopped, and ``vitscale
+    status`` that it resumes from that checkpoint."""
     command, cell = _one_cell_grid(tmp_path)
     markers = tmp_path / "markers"
     markers.mkdir()
     hold = {"FAULT_MARKERS": str(markers), "FAULT_HOLD": cell.name, "FAULT_HOLD_AFTER": "2"}
     run = Foreground.start(tmp_path / "logs", *command, **hold)
     wait_for((markers / f"{cell.name}.held").exists, timeout=180, what="the cell to train")
-    run.interrupt(signal.SIGTERM, group=False)  # as `kill` does
+    run.interrupt(signum, group=group)
     code, output = run.finish(timeout=180)
-    assert code == 128 + signal.SIGTERM, output[-3000:]
+    assert code == 128 + signum, output[-3000:]
     assert "1 cell(s) checkpointed and stopped" in output, output[-3000:]
     assert "failed" not in output, output[-3000:]
     assert run.left_behind() == [], output[-3000:]
@@ -246,3 +251,31 @@ def test_a_grid_cell_under_torchrun_stopped_at_once_leaves_no_process(tmp_path):
     assert code == 128 + signal.SIGTERM, output[-3000:]
     assert f"1 stopped at once ({cell.name}" in output, output[-3000:]
     assert run.left_behind() == [], output[-3000:]
+
+
+def test_a_grid_killed_under_torchrun_leaves_no_process_and_the_cell_resumes(tmp_path):
+    """SIGKILL to ``vitscale grid --processes 2`` while its cell trains: the cell's worker,
+    torchrun and both ranks die with it (checkpointing first), none is left behind, and the
+    same command then resumes the cell from a complete checkpoint and finishes it."""
+    command, cell = _one_cell_grid(tmp_path)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    hold = {"FAULT_MARKERS": str(markers), "FAULT_HOLD": cell.name, "FAULT_HOLD_AFTER": "2"}
+    run = Foreground.start(tmp_path / "logs", *command, **hold)
+    wait_for((markers / f"{cell.name}.held").exists, timeout=180, what="the cell to train")
+    run.interrupt(signal.SIGKILL, group=False)
+    code, output = run.finish(timeout=60)
+    assert code == -signal.SIGKILL
+    assert run.left_behind() == [], output[-3000:]
+    kept = checkpoint_steps(cell)
+    assert kept and all(
+        checkpoint.verify(p) is None for p in checkpoint.complete(cell / rf.CHECKPOINTS)
+    )
+    assert not (cell / rf.RESULT).exists()
+
+    again = Foreground.start(tmp_path / "logs", *command)
+    code, output = again.finish(timeout=300)
+    assert code == 0, output[-3000:]
+    assert again.left_behind() == [], output[-3000:]
+    assert rf.read_json(cell / rf.RESULT)["status"] == rf.STATUS_DONE
+    assert f"(step {kept[-1]}, restart 1)" in (cell / rf.LOG).read_text()

@@ -35,6 +35,7 @@ from tqdm import tqdm
 
 from .. import record as rf
 from ..data.workers import CELL_CPUS_ENV
+from ..errors import disk_full_message, is_disk_full
 from ..record import LOG
 from .cellrun import ANSWER_ENV, EXIT_OK, EXIT_PREEMPTED, PARENT_ENV, parse_answer
 from .plan import Planned, prepare
@@ -44,6 +45,7 @@ _SERVE = [*_CELLRUN, "--serve"]
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 DEFAULT_STOP_TIMEOUT = 300.0  # seconds the cells get to finish their step and checkpoint
 _REMIND_EVERY = 15.0  # seconds between "still waiting" lines
+NOT_STARTED = "the cell did not start: free space and run the grid again"
 
 
 def cell_command(
@@ -324,7 +326,12 @@ class _Pool:
                     return item
                 except OSError as e:
                     self.codes[item.cell.id] = 1
-                    tqdm.write(f"{_label(item)} failed: {rf.describe_failure(e)}")
+                    why = (
+                        disk_full_message(e, kept=NOT_STARTED)
+                        if is_disk_full(e)
+                        else rf.describe_failure(e)
+                    )
+                    tqdm.write(f"{_label(item)} failed: {why}")
                     self.bar.update()
             return None
 

@@ -317,7 +317,11 @@ class Run:
             except OSError as e:
                 self.tracker.close(failed=True)
                 if failed:  # the failure being recorded is the news
-                    print(f"{self.cell_id}: could not write {rf.RESULT}: {e}", file=sys.stderr)
+                    print(
+                        f"{self.cell_id}: the failure below could not be recorded in "
+                        f"{rf.RESULT} ({e.strerror or e})",
+                        file=sys.stderr,
+                    )
                     return result
                 if not is_disk_full(e):
                     raise
