@@ -27,8 +27,8 @@ PARALLEL_GROUP := tests/faults tests/test_slurm_grid.py tests/test_local_cluster
 test: $(STAMP) cluster
 ifeq ($(strip $(PYTEST_ARGS)),)
 	@log=$$(mktemp); \
-	$(PY) -m pytest -p no:cacheprovider $(PARALLEL_GROUP) >$$log 2>&1 & group=$$!; \
-	$(PY) -m pytest $(addprefix --ignore=,$(PARALLEL_GROUP)); rest=$$?; \
+	$(PY) -m pytest -p no:cacheprovider --durations=15 $(PARALLEL_GROUP) >$$log 2>&1 & group=$$!; \
+	$(PY) -m pytest --durations=25 $(addprefix --ignore=,$(PARALLEL_GROUP)); rest=$$?; \
 	wait $$group; other=$$?; \
 	echo "== $(PARALLEL_GROUP) (run beside the above)"; cat $$log; rm -f $$log; \
 	[ $$rest -eq 0 ] && [ $$other -eq 0 ]

@@ -279,6 +279,30 @@ def test_a_held_cell_is_neither_planned_nor_run_twice(tmp_path, capsys):
         assert not (item.run_dir / rf.RESULT).exists()
 
 
+def test_a_filesystem_without_locks_runs_cells_unlocked_and_says_so(tmp_path, monkeypatch, capsys):
+    """flock failing as on Lustre mounted without ``-o flock`` (ENOSYS): the cell is not
+    refused (rank 0 failing there would leave the other ranks waiting for it); the grid
+    warns once per runs folder that cells run unlocked."""
+    import errno
+    import fcntl
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    g = load_grid(_write(tmp_path, _tiny_grid()))
+    runs = tmp_path / "runs"
+    items = plan(g, runs)
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    for item in items:
+        prepare(item)
+        with cell_lock(item.run_dir) as acquired:
+            assert acquired
+            assert plan(g, runs)[0].action == "submit"  # not taken for a running cell
+    err = capsys.readouterr().err
+    assert err.count("the filesystem has no file locks (flock: Function not implemented") == 1
+    assert "mount with -o flock" in err
+
+
 def test_a_worker_survives_a_broken_cell(tmp_path):
     """The local executor's persistent worker: a cell that raises is reported failed, with
     its traceback in its own log, and the next cell still runs in the same process."""

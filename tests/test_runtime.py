@@ -95,6 +95,32 @@ def test_profiles_use_current_nccl_variable_names(tmp_path):
     assert "use TORCH_NCCL_BLOCKING_WAIT" in message
 
 
+def test_gloo_is_pinned_to_the_interface_that_reaches_the_master():
+    """The interface holding the address this machine reaches MASTER_ADDR from: loopback
+    for itself, the interface of one of its own addresses for that address (what a
+    node of the two-node cluster sees); an explicit GLOO_SOCKET_IFNAME and a single
+    process are left alone, and an address that does not resolve pins nothing."""
+    import psutil
+
+    assert runtime.interface_towards("127.0.0.1") == "lo"
+    own = [
+        (name, a.address)
+        for name, addresses in psutil.net_if_addrs().items()
+        for a in addresses
+        if a.family.name == "AF_INET" and not a.address.startswith("127.")
+    ]
+    for name, address in own:
+        assert runtime.interface_towards(address) == name
+    env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
+    assert runtime.pin_gloo_interface(env) == "lo" and env["GLOO_SOCKET_IFNAME"] == "lo"
+    chosen = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "eth9"}
+    assert runtime.pin_gloo_interface(chosen) is None and chosen["GLOO_SOCKET_IFNAME"] == "eth9"
+    alone = {"WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
+    assert runtime.pin_gloo_interface(alone) is None and "GLOO_SOCKET_IFNAME" not in alone
+    lost = {"WORLD_SIZE": "2", "MASTER_ADDR": "no-such-host.invalid"}
+    assert runtime.pin_gloo_interface(lost) is None and "GLOO_SOCKET_IFNAME" not in lost
+
+
 def test_loader_workers_are_chosen_per_machine(monkeypatch):
     monkeypatch.setattr(loader_workers, "available_cpus", lambda: 96)
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)

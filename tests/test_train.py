@@ -78,6 +78,38 @@ def test_resume_after_signal_is_exact(tmp_path, monkeypatch, uninterrupted, inte
     assert_same_run(uninterrupted, tmp_path)
 
 
+@pytest.mark.parametrize("eval_step", [6, 12])
+def test_a_stop_during_an_evaluation_leaves_it_and_the_resume_is_exact(
+    tmp_path, monkeypatch, uninterrupted, eval_step
+):
+    """SIGUSR1 while step N's few-shot probes run (the middle evaluation, then the last):
+    the evaluation stops before its next dataset (upstream top-1), the run checkpoints at
+    step N with that step's row unwritten, and the resumed run evaluates step N again and
+    ends as the uninterrupted run, bit for bit."""
+    from vitscale.evals import transfer
+
+    calls, real = {"n": 0}, transfer.ridge_fewshot_accuracy
+    first_of_eval = {6: 1, 12: 5}[eval_step]  # 2 shots x 2 seeds per evaluation
+
+    def probe_then_signal(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == first_of_eval:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(transfer, "ridge_fewshot_accuracy", probe_then_signal)
+        with pytest.raises(Preempted) as stopped:
+            train(tiny_config(), tmp_path)
+    assert stopped.value.step == eval_step
+    assert calls["n"] == first_of_eval + 3  # this dataset's probes ran; nothing after them
+    assert checkpoint.latest(tmp_path / rf.CHECKPOINTS).name.endswith(f"{eval_step:09d}")
+    assert [r[rf.STEP] for r in rf.iter_metrics(tmp_path / rf.METRICS)][-1] == eval_step - 1
+    result = train(tiny_config(), tmp_path)
+    assert result.status == rf.STATUS_DONE and result.restarts == 1
+    assert_same_run(uninterrupted, tmp_path)
+
+
 _DIE_DURING_SECOND_CHECKPOINT = """
 import json, os, signal, sys
 from vitscale.train import checkpoint, train

@@ -10,6 +10,7 @@ per evaluation and reused for every k and seed (paper Sec. 4.1; docs/protocol.md
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +20,12 @@ from ..config import Config
 from ..data import build_dataset, fewshot_indices, rank0_downloads_first
 from .features import EVAL_CACHE_BYTES, Budget, EvalImages, apply, evaluation_sample, labels_of
 from .fewshot import project, ridge_fewshot_accuracy
+
+
+class EvaluationStopped(Exception):
+    """A stop signal came during an evaluation: it was left before its next dataset, a
+    point every process reaches together (the trainer checkpoints and runs the whole
+    evaluation again when it resumes)."""
 
 
 @dataclass
@@ -83,11 +90,22 @@ class TransferEvaluator:
         )
 
     @torch.no_grad()
-    def run(self, model: torch.nn.Module) -> dict[str, float]:
-        """Few-shot accuracies (each seed and their mean) and upstream top-1, as fractions."""
+    def run(
+        self, model: torch.nn.Module, *, stop: Callable[[], bool] | None = None
+    ) -> dict[str, float]:
+        """Few-shot accuracies (each seed and their mean) and upstream top-1, as fractions.
+        ``stop`` (every process's same answer) is asked before each dataset: True raises
+        :class:`EvaluationStopped`, so a long evaluation does not outlast a preemption's
+        warning."""
         metrics: dict[str, float] = {}
         kw = dict(accelerator=self.accelerator)
+
+        def check() -> None:
+            if stop is not None and stop():
+                raise EvaluationStopped
+
         for fs in self.fewshot:
+            check()
             pool_x, pool_y = apply(model.pre_logits, fs.pool_images, **kw)
             test_x, test_y = apply(model.pre_logits, fs.test_images, **kw)
             if width := self.cfg.eval.fewshot.width:  # the same width for every model
@@ -107,6 +125,7 @@ class TransferEvaluator:
             for k, accs in per_k.items():
                 metrics[rf.fewshot_key(fs.name, k)] = statistics.fmean(accs)
         if self.upstream is not None:
+            check()
             logits, labels = apply(model, self.upstream, **kw)
             top = logits.argmax(dim=1)
             if labels.ndim == 2:  # multi-label: the top prediction is one of the labels (prec@1)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import fcntl
 import os
 import signal
@@ -52,25 +53,54 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         os.kill(os.getpid(), sig)
 
 
+# What flock(2) fails with where the filesystem has no locks (Lustre mounted without
+# ``-o flock``, some NFS setups): the cell then runs unlocked, with a warning, rather than
+# failing rank 0 while the other ranks wait for it in a collective.
+_NO_LOCKS = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL})
+
+
 @contextlib.contextmanager
 def cell_lock(run_dir: Path, *, blocking: bool = False) -> Iterator[bool]:
-    """Hold the run folder's lock; yields False (without waiting) when someone else holds it."""
+    """Hold the run folder's lock; yields False (without waiting) when someone else holds
+    it, True when this process holds it or the filesystem has no locks (said once)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(run_dir / rf.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            held = True
         except BlockingIOError:
             yield False
             return
+        except OSError as e:
+            if e.errno not in _NO_LOCKS:
+                raise
+            _warn_no_locks(run_dir, e)
+            held = False
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.uname().nodename} {os.getpid()}\n".encode())
         try:
             yield True
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            if held:
+                fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+_warned_no_locks: set[Path] = set()
+
+
+def _warn_no_locks(run_dir: Path, error: OSError) -> None:
+    if run_dir.parent in _warned_no_locks:
+        return
+    _warned_no_locks.add(run_dir.parent)
+    print(
+        f"warning: {run_dir.parent}: the filesystem has no file locks (flock: "
+        f"{error.strerror}; on Lustre, mount with -o flock): cells run unlocked, so two "
+        "grids started on the same runs folder could run one cell twice",
+        file=sys.stderr,
+    )
 
 
 def is_locked(run_dir: Path) -> bool:

@@ -24,6 +24,7 @@ import torch
 from .. import record as rf
 from ..config import Config
 from ..errors import DiskFullError, is_disk_full
+from ..evals.transfer import EvaluationStopped
 from ..plan import Plan
 from .finetune import finetune_all
 from .finetune_progress import FinetuneProgress
@@ -92,6 +93,8 @@ def pretrain(run: Run) -> None:
         first_bad=torch.zeros((), dtype=torch.int64, device=run.device),
         logged_at=(time.time(), run.step),
     )
+    if (row := run.progress.pop("pending_row", None)) is not None:
+        _log_and_evaluate(run, row=row, evaluating=True)  # stopped mid-evaluation: again
     while run.step < run.total_steps:
         with run.watch("data"):
             images, targets = _next_batch(run, between)
@@ -111,7 +114,9 @@ def pretrain(run: Run) -> None:
         if not (logging or evaluating or periodic or stop):
             continue  # no sync: the host queues the next step at once
         _check_health(run, between, loss)
-        _log_and_evaluate(run, between, loss, grad_norm, peak, logging, evaluating)
+        with run.watch("log"):
+            row = _training_row(run, between, loss, grad_norm, peak) if logging else {}
+        _log_and_evaluate(run, row=row, evaluating=evaluating)
         if periodic or run.step == run.total_steps or stop:
             with run.watch("checkpoint"):
                 run.save_checkpoint()
@@ -164,27 +169,24 @@ def _check_health(run: Run, between: _Between, loss: torch.Tensor) -> None:
         )
 
 
-def _log_and_evaluate(
-    run: Run,
-    between: _Between,
-    loss: torch.Tensor,
-    grad_norm: torch.Tensor,
-    peak: float | None,
-    logging: bool,
-    evaluating: bool,
-) -> None:
-    """The row of this sync step: the training metrics when it logs, the transfer
-    metrics when it evaluates; appended to metrics.jsonl (and W&B)."""
-    row: dict[str, Any] = {}
-    started = time.perf_counter()
-    if logging:
-        row |= _training_row(run, between, loss, grad_norm, peak)
-    run.watch.totals["log"] += time.perf_counter() - started
+def _log_and_evaluate(run: Run, *, row: dict[str, Any], evaluating: bool) -> None:
+    """The row of this sync step, the training metrics (``row``) and, when it evaluates,
+    the transfer metrics, appended to metrics.jsonl (and W&B). A stop signal during the
+    evaluation checkpoints the run with the row still to finish (``pending_row``): the
+    resumed run evaluates again at this step and logs the row whole, as if never stopped."""
     if evaluating:
         run.step_fn.model.eval()
-        with run.watch("eval"):
-            row |= run.evaluate()
-        run.step_fn.model.train()
+        try:
+            with run.watch("eval"):
+                row = row | run.evaluate()
+        except EvaluationStopped:
+            run.progress["pending_row"] = row
+            with run.watch("checkpoint"):
+                run.save_checkpoint()
+            raise Preempted(run.step, run.preemption.signal_name) from None
+        finally:
+            run.progress.pop("pending_row", None)
+            run.step_fn.model.train()
     if row:
         with run.watch("log"):
             run.tracker.log(_axes(run, run.step) | row)
@@ -231,8 +233,11 @@ def transfer(run: Run) -> dict[str, float]:
     if not run.final:  # resumed after the last step (stopped during fine-tuning)
         run.final = _logged_at(run.run_dir, run.total_steps)
     if not run.final:  # ... and its row was never logged, or a published cell
-        with run.watch("eval"):
-            run.final = run.evaluate()
+        try:
+            with run.watch("eval"):
+                run.final = run.evaluate()
+        except EvaluationStopped:  # nothing to checkpoint: the resumed run evaluates again
+            raise Preempted(run.step, run.preemption.signal_name) from None
         if run.total_steps == 0:
             run.tracker.log(_axes(run, 0) | run.final)
     progress = FinetuneProgress(

@@ -5,6 +5,7 @@ built by :func:`setup`; :mod:`vitscale.train.pretrain` drives it through the pro
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -197,12 +198,13 @@ class Run:
     def open(self) -> None:
         """The metrics file (and W&B), the evaluator and this process's example stream,
         from the step the run resumes at."""
+        pending = "pending_row" in self.progress  # its row is logged again, whole
         self.tracker = Tracker(
             run_dir=self.run_dir,
             config=self.resolved,
             cell_id=self.cell_id,
             enabled=self.is_main,
-            resume_step=self.step,
+            resume_step=self.step - 1 if pending else self.step,
         )
         self.evaluator = TransferEvaluator(
             self.cfg,
@@ -241,8 +243,10 @@ class Run:
         )
 
     def evaluate(self) -> dict[str, float]:
-        """Few-shot and upstream accuracies now; the best of each so far is kept."""
-        metrics = self.evaluator.run(self.unwrapped)
+        """Few-shot and upstream accuracies now; the best of each so far is kept. A stop
+        signal agreed during it raises :class:`~vitscale.evals.transfer.EvaluationStopped`."""
+        stop = functools.partial(self.preemption.agreed, self.stop_group)
+        metrics = self.evaluator.run(self.unwrapped, stop=stop)
         best = self.progress["best"]
         for key, value in metrics.items():
             if rf.is_accuracy(key) and value > best.get(key, float("-inf")):

@@ -19,6 +19,8 @@ import functools
 import gc
 import os
 import re
+import socket
+from collections.abc import MutableMapping
 from typing import Any
 
 import torch
@@ -93,6 +95,7 @@ def make_accelerator(
     from accelerate.utils import InitProcessGroupKwargs, set_seed
 
     mixed = resolve_precision(precision)
+    pin_gloo_interface()
     AcceleratorState._reset_state(reset_partial_state=False)
     GradientState._reset_state()
     # fp32 matmuls and convolutions on TF32 tensor cores (the legacy flags: the new
@@ -108,6 +111,40 @@ def make_accelerator(
     if seed_everything is not None:  # seed + rank: each process its own dropout masks
         set_seed(seed_everything, device_specific=True)
     return accelerator, mixed
+
+
+def pin_gloo_interface(environ: MutableMapping[str, str] = os.environ) -> str | None:
+    """Pin gloo (the CPU process group, and the stop-signal group beside NCCL) to the
+    network interface that reaches ``MASTER_ADDR``, unless ``GLOO_SOCKET_IFNAME`` says
+    otherwise; returns the interface pinned, or None. Left to itself gloo binds to the
+    address the host's name resolves to, which on a node with several interfaces (or a
+    shared hostname) may be one the other nodes cannot reach: the ranks then never meet."""
+    if environ.get("GLOO_SOCKET_IFNAME") or int(environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    master = environ.get("MASTER_ADDR")
+    name = interface_towards(master) if master else None
+    if name is not None:
+        environ["GLOO_SOCKET_IFNAME"] = name
+    return name
+
+
+def interface_towards(host: str) -> str | None:
+    """The name of this machine's interface holding the address it reaches ``host`` from
+    (``lo`` for this machine itself by loopback); None when ``host`` does not resolve or
+    no route leads there. A UDP socket's connect picks the route and sends nothing."""
+    import psutil
+
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(address)
+            local = probe.getsockname()[0]
+    except OSError:
+        return None
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.address.split("%")[0] == local for a in addresses):
+            return name
+    return None
 
 
 def from_rank0(accelerator, value: Any) -> Any:
