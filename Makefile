@@ -63,8 +63,9 @@ format: $(STAMP)
 
 # The demo (<= 10 minutes on 2 cores): paper Fig. 4 at toy scale, the smallest and the
 # largest subset with two seeds each, its figures, the paper's, and the measured answer.
+DEMO_GRID ?= experiments/demo.yaml
 demo: $(STAMP)
-	$(VENV)/bin/vitscale grid experiments/demo.yaml --executor local --workers $(WORKERS) --runs $(RUNS)
+	$(VENV)/bin/vitscale grid $(DEMO_GRID) --executor local --workers $(WORKERS) --runs $(RUNS)
 	@$(MAKE) --no-print-directory report GRID=demo
 
 # The demo through the local SLURM: on the single-node cluster, or with NODES=2 every cell
@@ -75,12 +76,12 @@ TWO_CONF := /etc/slurm/two/slurm.conf
 demo-slurm: $(STAMP)
 ifeq ($(NODES),1)
 	slurm/local-cluster.sh up
-	$(VENV)/bin/vitscale grid experiments/demo.yaml --executor slurm --profile slurm/profiles/local.yaml --runs $(RUNS) --wait
+	$(VENV)/bin/vitscale grid $(DEMO_GRID) --executor slurm --profile slurm/profiles/local.yaml --runs $(RUNS) --wait
 else ifeq ($(NODES),2)
 	slurm/local-cluster.sh up --nodes 2
 	@mkdir -p $(RUNS); grid=$(RUNS)/demo-nodes2.yaml; \
-	{ cat experiments/demo.yaml; echo 'resources: {default: {nodes: 2}}'; } >$$grid; \
-	echo "$$grid: experiments/demo.yaml, every cell over 2 nodes"; \
+	{ cat $(DEMO_GRID); echo 'resources: {default: {nodes: 2}}'; } >$$grid; \
+	echo "$$grid: $(DEMO_GRID), every cell over 2 nodes"; \
 	SLURM_CONF=$(TWO_CONF) $(VENV)/bin/vitscale grid $$grid --executor slurm \
 	  --profile slurm/profiles/local2.yaml --runs $(RUNS) --wait; code=$$?; \
 	slurm/local-cluster.sh down --nodes 2; exit $$code

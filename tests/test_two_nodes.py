@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from vitscale import record as rf
 from vitscale.grid.local import cell_command
@@ -37,7 +38,8 @@ from .helpers.cluster import (
     vitscale_ok,
 )
 
-PROFILE = Path(__file__).resolve().parents[1] / "slurm" / "profiles" / "local2.yaml"
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = ROOT / "slurm" / "profiles" / "local2.yaml"
 STEPS = 30
 # One cell over both nodes, one process per node. fp32 and no dropout: its losses must be
 # bit-identical to the same cell's as two processes on one node.
@@ -352,6 +354,46 @@ def test_a_lost_node_ends_the_job_and_the_cell_resumes_when_it_returns(
     if cell.name in _REFERENCE_LOSSES:  # run above (the same cell, uninterrupted)
         assert _losses(cell) == _REFERENCE_LOSSES[cell.name]
     print(f"lost node: the job ended {ended_s:.1f} s after n2 died; status said: {note}")
+
+
+def _small_demo(folder: Path) -> Path:
+    """experiments/demo.yaml cut to its ViT cell at the smallest subset, seed 0, a few
+    steps: what `make demo-slurm NODES=2` does with the demo, in seconds."""
+    grid = yaml.safe_load((ROOT / "experiments" / "demo.yaml").read_text())
+    grid["base"]["train"] |= {"steps": 4, "eval_every": 2, "checkpoint_every": 4}
+    grid["base"]["eval"]["fewshot"] |= {"seeds": 1, "test_examples": 40}
+    grid["base"]["eval"]["upstream"] = {"examples": 0}
+    grid["base"]["eval"]["finetune"] |= {"steps": 1, "test_examples": 40}
+    grid["base"]["wandb"] = {"mode": "disabled"}
+    grid["axes"] = {"data.subset": grid["axes"]["data.subset"][:1], "seed": [0]}
+    grid["blocks"] = [b for b in grid["blocks"] if b["name"] == "vit"]
+    path = folder / "demo.yaml"
+    path.write_text(yaml.safe_dump(grid, sort_keys=False))
+    return path
+
+
+@pytest.mark.slow
+def test_make_demo_slurm_nodes2_runs_each_cell_over_both_nodes_then_brings_them_down(
+    two_nodes: None, tmp_path: Path
+) -> None:
+    """`make demo-slurm NODES=2` (the demo's grid, cut short by DEMO_GRID): every cell one
+    task per node, 2 processes in its result; the two-node cluster is down afterwards and
+    the demo's report printed."""
+    runs = tmp_path / "runs"
+    made = subprocess.run(
+        ["make", "--no-print-directory", "demo-slurm", "NODES=2",
+         f"DEMO_GRID={_small_demo(tmp_path)}", f"RUNS={runs}", f"FIGURES={tmp_path / 'fig'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    output = made.stdout + made.stderr
+    assert made.returncode == 0, output[-3000:]
+    assert "every cell over 2 nodes" in output and "== the paper's question" in output
+    (cell,) = [p.parent for p in (runs / "demo").glob(f"*/{rf.RESULT}")]
+    result = rf.read_json(cell / rf.RESULT)
+    assert result["status"] == rf.STATUS_DONE and result["num_processes"] == 2
+    assert re.search(r"task 0 of 2 on n1\b", (cell / "log.txt").read_text())
+    assert re.search(r"task 1 of 2 on n2\b", (cell / "log.rank1.txt").read_text())
+    assert not [n for n in run("ip", "netns", "list").stdout.split() if n.startswith("vitscale")]
 
 
 # ------------------------------------------------------------------------ last: down

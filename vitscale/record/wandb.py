@@ -26,6 +26,14 @@ from ..catalog import model_columns
 from ..errors import UserError
 
 IDENTITY = ("family", "size", "patch")  # summary keys set when the run starts
+# Beside an online run's ``run-<id>.wandb`` when its upload did not finish (the server
+# stopped answering): `vitscale wandb sync` uploads such runs as it does offline ones.
+UPLOAD_UNFINISHED = "upload-unfinished"
+# Seconds an online run's end waits for its upload (wandb's ``finish_timeout``); the
+# environment variable overrides it. Training is over by then: waiting longer only
+# holds the GPU.
+FINISH_TIMEOUT_ENV = "VITSCALE_WANDB_FINISH_TIMEOUT"
+FINISH_TIMEOUT_S = 120.0
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 TIMEOUT_S = 20

@@ -17,7 +17,14 @@ from typing import Any
 
 from .. import record as rf
 from ..errors import DiskFullError, disk_full_message, is_disk_full
-from ..record.wandb import identity, run_name, wandb_mode
+from ..record.wandb import (
+    FINISH_TIMEOUT_ENV,
+    FINISH_TIMEOUT_S,
+    UPLOAD_UNFINISHED,
+    identity,
+    run_name,
+    wandb_mode,
+)
 
 
 def _finite_or_none(value: Any) -> Any:
@@ -77,7 +84,13 @@ class Tracker:
                 config=config,
                 dir=os.environ.get("WANDB_DIR") or str(self.run_dir),
                 mode=mode,
-                settings=wandb.Settings(console="off", silent=True, x_disable_stats=True),
+                settings=wandb.Settings(
+                    console="off",
+                    silent=True,
+                    x_disable_stats=True,
+                    finish_timeout=self._finish_timeout,
+                    finish_timeout_raises=True,
+                ),
             )
             self._wandb.define_metric(rf.EXAMPLES_SEEN)
             self._wandb.define_metric(rf.EXAFLOPS)
@@ -141,11 +154,25 @@ class Tracker:
             if not failed:
                 raise
         if self._wandb is not None:
+            local = Path(self._wandb.dir).parent  # run-<time>-<id>/: wandb's record of it
             try:
                 self._wandb.finish(exit_code=1 if failed else 0)
+            except TimeoutError:  # the server stopped answering: the record is kept
+                (local / UPLOAD_UNFINISHED).touch()
+                warnings.warn(
+                    f"W&B could not finish uploading this run within "
+                    f"{self._finish_timeout:g} s (its server does not answer): "
+                    f"{rf.METRICS} keeps every row, W&B's record of the run is kept in "
+                    f"{local}; `vitscale wandb sync` uploads it once the server answers",
+                    stacklevel=2,
+                )
             except Exception as e:  # noqa: BLE001
                 self._wandb_failed(e)
             self._wandb = None
+
+    @property
+    def _finish_timeout(self) -> float:
+        return float(os.environ.get(FINISH_TIMEOUT_ENV) or FINISH_TIMEOUT_S)
 
 
 def _forget_wandb_service() -> None:

@@ -1,12 +1,14 @@
 """``vitscale wandb sync``: upload a grid's offline W&B runs, for clusters whose compute
-nodes have no internet (what it does for the user: README, "Weights & Biases").
+nodes have no internet (what it does for the user: README, "Weights & Biases"), and the
+online runs whose upload did not finish.
 
 A cell that ran offline left ``<run folder>/wandb/offline-run-<time>-<cell id>/`` (one
 per start: a requeued cell adds one, with the same run id), or the same under
-``$WANDB_DIR/wandb/`` when that was set. wandb marks an uploaded run with
-``run-<id>.wandb.synced`` beside its log; runs with that mark are skipped. Ctrl-C stops
-after the run being uploaded (``wandb sync`` gets the signal too and leaves that run
-unmarked).
+``$WANDB_DIR/wandb/`` when that was set. An online run whose server stopped answering
+left ``run-<time>-<cell id>/`` marked :data:`~vitscale.record.wandb.UPLOAD_UNFINISHED` by
+the trainer. wandb marks an uploaded run with ``run-<id>.wandb.synced`` beside its log;
+runs with that mark are skipped. Ctrl-C stops after the run being uploaded (``wandb
+sync`` gets the signal too and leaves that run unmarked).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..record.wandb import UPLOAD_UNFINISHED
 
 SYNCED_SUFFIX = ".synced"  # wandb's mark of an uploaded offline run
 
@@ -32,12 +36,16 @@ class OfflineRun:
 
 
 def _in(folder: Path, cell: Path, cell_id: str | None) -> list[OfflineRun]:
-    """Offline runs in a wandb/ folder: all of them in a run folder's own, only the
-    cell's (its id ends the folder name) in a shared ``$WANDB_DIR``."""
-    pattern = f"offline-run-*-{cell_id}" if cell_id else "offline-run-*"
+    """Runs to upload in a wandb/ folder (offline ones, online ones whose upload did not
+    finish): all of them in a run folder's own, only the cell's (its id ends the folder
+    name) in a shared ``$WANDB_DIR``."""
+    suffix = f"-{cell_id}" if cell_id else ""
+    offline = folder.glob(f"offline-run-*{suffix}")
+    unfinished = (d for d in folder.glob(f"run-*{suffix}") if (d / UPLOAD_UNFINISHED).exists())
     return [
         OfflineRun(cell=cell, path=d, log=log)
-        for d in sorted(folder.glob(pattern))  # offline-run-<YYYYmmdd_HHMMSS>-<id>: by time
+        # <offline-run|run>-<YYYYmmdd_HHMMSS>-<id>: by time
+        for d in sorted([*offline, *unfinished], key=lambda d: d.name.split("run-", 1)[1])
         if d.is_dir()
         for log in sorted(d.glob("run-*.wandb"))[:1]
     ]
@@ -58,7 +66,7 @@ def find_offline_runs(run_dirs: list[Path]) -> list[OfflineRun]:
 
 def upload(run: OfflineRun, *, entity: str | None, project: str | None) -> tuple[bool, str]:
     """``wandb sync`` one offline run; returns (uploaded, wandb's last line of output)."""
-    cmd = [sys.executable, "-m", "wandb", "sync"]
+    cmd = [sys.executable, "-m", "wandb", "sync", "--no-skip-online"]
     if entity:
         cmd += ["--entity", entity]
     if project:
