@@ -5,6 +5,13 @@ from __future__ import annotations
 import sys
 
 import pytest
+from hypothesis import settings
+
+# No per-example deadline: `make test` runs two pytest processes on two cores beside
+# trainers in subprocesses, and an example's time then says more about the neighbours than
+# about the code.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 
 @pytest.fixture(autouse=True)

@@ -361,6 +361,7 @@ def _small_demo(folder: Path) -> Path:
     steps: what `make demo-slurm NODES=2` does with the demo, in seconds."""
     grid = yaml.safe_load((ROOT / "experiments" / "demo.yaml").read_text())
     grid["base"]["train"] |= {"steps": 4, "eval_every": 2, "checkpoint_every": 4}
+    grid["base"]["optim"] = {"warmup_steps": 1}
     grid["base"]["eval"]["fewshot"] |= {"seeds": 1, "test_examples": 40}
     grid["base"]["eval"]["upstream"] = {"examples": 0}
     grid["base"]["eval"]["finetune"] |= {"steps": 1, "test_examples": 40}
