@@ -209,6 +209,18 @@ def _one_cell_grid(tmp_path: Path) -> tuple[list[str], Path]:
     return command, runs / "ranks" / cell_id(resolve(config))
 
 
+def _held_grid(tmp_path: Path) -> tuple[list[str], Path, Foreground]:
+    """:func:`_one_cell_grid` started, its cell held after 2 steps until a stop signal
+    comes (tests/faults/hooks): the command, the cell's folder and the running grid."""
+    command, cell = _one_cell_grid(tmp_path)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    hold = {"FAULT_MARKERS": str(markers), "FAULT_HOLD": cell.name, "FAULT_HOLD_AFTER": "2"}
+    run = Foreground.start(tmp_path / "logs", *command, **hold)
+    wait_for((markers / f"{cell.name}.held").exists, timeout=180, what="the cell to train")
+    return command, cell, run
+
+
 @pytest.mark.parametrize(
     ("signum", "group"), [(signal.SIGTERM, False), (signal.SIGINT, True)], ids=["kill", "ctrl-c"]
 )
@@ -218,12 +230,7 @@ def test_a_grid_cell_under_torchrun_stopped_is_reported_checkpointed(tmp_path, s
     cell's two ranks checkpoint and exit 75, which torchrun reports as 1; the grid reads
     rank 0's own answer and says the cell checkpointed and stopped, and ``vitscale
     status`` that it resumes from that checkpoint."""
-    command, cell = _one_cell_grid(tmp_path)
-    markers = tmp_path / "markers"
-    markers.mkdir()
-    hold = {"FAULT_MARKERS": str(markers), "FAULT_HOLD": cell.name, "FAULT_HOLD_AFTER": "2"}
-    run = Foreground.start(tmp_path / "logs", *command, **hold)
-    wait_for((markers / f"{cell.name}.held").exists, timeout=180, what="the cell to train")
+    command, cell, run = _held_grid(tmp_path)
     run.interrupt(signum, group=group)
     code, output = run.finish(timeout=180)
     assert code == 128 + signum, output[-3000:]
@@ -257,12 +264,7 @@ def test_a_grid_killed_under_torchrun_leaves_no_process_and_the_cell_resumes(tmp
     """SIGKILL to ``vitscale grid --processes 2`` while its cell trains: the cell's worker,
     torchrun and both ranks die with it (checkpointing first), none is left behind, and the
     same command then resumes the cell from a complete checkpoint and finishes it."""
-    command, cell = _one_cell_grid(tmp_path)
-    markers = tmp_path / "markers"
-    markers.mkdir()
-    hold = {"FAULT_MARKERS": str(markers), "FAULT_HOLD": cell.name, "FAULT_HOLD_AFTER": "2"}
-    run = Foreground.start(tmp_path / "logs", *command, **hold)
-    wait_for((markers / f"{cell.name}.held").exists, timeout=180, what="the cell to train")
+    command, cell, run = _held_grid(tmp_path)
     run.interrupt(signal.SIGKILL, group=False)
     code, output = run.finish(timeout=60)
     assert code == -signal.SIGKILL

@@ -18,6 +18,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import functools
 import os
 import signal
 import sys
@@ -75,7 +76,7 @@ def cell_lock(run_dir: Path, *, blocking: bool = False) -> Iterator[bool]:
         except OSError as e:
             if e.errno not in _NO_LOCKS:
                 raise
-            _warn_no_locks(run_dir, e)
+            _warn_no_locks(run_dir.parent, e.strerror)
             held = False
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.uname().nodename} {os.getpid()}\n".encode())
@@ -88,16 +89,11 @@ def cell_lock(run_dir: Path, *, blocking: bool = False) -> Iterator[bool]:
         os.close(fd)
 
 
-_warned_no_locks: set[Path] = set()
-
-
-def _warn_no_locks(run_dir: Path, error: OSError) -> None:
-    if run_dir.parent in _warned_no_locks:
-        return
-    _warned_no_locks.add(run_dir.parent)
+@functools.cache  # once per runs folder
+def _warn_no_locks(runs: Path, reason: str) -> None:
     print(
-        f"warning: {run_dir.parent}: the filesystem has no file locks (flock: "
-        f"{error.strerror}; on Lustre, mount with -o flock): cells run unlocked, so two "
+        f"warning: {runs}: the filesystem has no file locks (flock: "
+        f"{reason}; on Lustre, mount with -o flock): cells run unlocked, so two "
         "grids started on the same runs folder could run one cell twice",
         file=sys.stderr,
     )

@@ -35,7 +35,6 @@ from tqdm import tqdm
 
 from .. import record as rf
 from ..data.workers import CELL_CPUS_ENV
-from ..errors import disk_full_message, is_disk_full
 from ..record import LOG
 from .cellrun import ANSWER_ENV, EXIT_OK, EXIT_PREEMPTED, PARENT_ENV, parse_answer
 from .plan import Planned, prepare
@@ -45,7 +44,7 @@ _SERVE = [*_CELLRUN, "--serve"]
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 DEFAULT_STOP_TIMEOUT = 300.0  # seconds the cells get to finish their step and checkpoint
 _REMIND_EVERY = 15.0  # seconds between "still waiting" lines
-NOT_STARTED = "the cell did not start: free space and run the grid again"
+NOT_STARTED = "the cell did not start: free space and run the grid again"  # a full disk
 
 
 def cell_command(
@@ -326,11 +325,7 @@ class _Pool:
                     return item
                 except OSError as e:
                     self.codes[item.cell.id] = 1
-                    why = (
-                        disk_full_message(e, kept=NOT_STARTED)
-                        if is_disk_full(e)
-                        else rf.describe_failure(e)
-                    )
+                    why = rf.describe_failure(e, kept=NOT_STARTED)
                     tqdm.write(f"{_label(item)} failed: {why}")
                     self.bar.update()
             return None

@@ -152,15 +152,17 @@ class RunResult:
         return cls.from_json(data)
 
 
-def describe_failure(error: BaseException) -> str:
-    """One line for result.json and the grid's report: a full disk in plain words, any
-    other error as ``Type: message``."""
+def describe_failure(
+    error: BaseException,
+    *,
+    kept: str = "the last checkpoint is kept: free space and run again to resume",
+) -> str:
+    """One line for result.json and the grid's report: a full disk in plain words (with
+    what was ``kept``), any other error as ``Type: message``."""
     if isinstance(error, DiskFullError):
         return str(error)
     if is_disk_full(error):
-        return disk_full_message(
-            error, kept="the last checkpoint is kept: free space and run again to resume"
-        )
+        return disk_full_message(error, kept=kept)
     return f"{type(error).__name__}: {error}"
 
 

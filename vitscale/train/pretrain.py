@@ -185,7 +185,6 @@ def _log_and_evaluate(run: Run, *, row: dict[str, Any], evaluating: bool) -> Non
                 run.save_checkpoint()
             raise Preempted(run.step, run.preemption.signal_name) from None
         finally:
-            run.progress.pop("pending_row", None)
             run.step_fn.model.train()
     if row:
         with run.watch("log"):
