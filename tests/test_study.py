@@ -70,9 +70,9 @@ def test_reduced_study_runs_end_to_end_and_summarises_as_json(tmp_path, capsys):
 
     assert s["metric"] == "fewshot/synthetic-glyphs/5shot"
     assert s["fig4_steps"] == 4
-    assert [row["num_examples"] for row in s["subsets"]] == [2560, 8_000, 128_000]
+    assert [row["num_examples"] for row in s["subsets"]] == [1536, 4_800, 76_800]
     for row in s["subsets"]:
-        seeds = 1 if row["num_examples"] == 8_000 else 2
+        seeds = 1 if row["num_examples"] == 4_800 else 2
         for side in ("vit", "resnet"):
             best = row[side]
             assert best["seeds"] == seeds
@@ -81,7 +81,7 @@ def test_reduced_study_runs_end_to_end_and_summarises_as_json(tmp_path, capsys):
             assert (best["seed_spread"] is None) == (seeds == 1)  # one seed: not measured
         assert row["gap"] == pytest.approx(row["resnet"]["mean"] - row["vit"]["mean"])
     change = s["gap_change"]
-    assert change["smallest"] == 2560 and change["largest"] == 128_000
+    assert change["smallest"] == 1536 and change["largest"] == 76_800
     assert change["shrink"] == pytest.approx(change["gap_smallest"] - change["gap_largest"])
     assert isinstance(change["trend"], bool) and isinstance(change["crossover"], bool)
     # Fig. 5: per family the largest subset at 2 and 4 steps, one frontier each.
@@ -94,7 +94,7 @@ def test_reduced_study_runs_end_to_end_and_summarises_as_json(tmp_path, capsys):
     comparison = s["frontier_comparison"]
     assert comparison == {} or {"range", "segments", "crossings"} <= set(comparison)
     assert s["verdict"] and all(isinstance(line, str) for line in s["verdict"])
-    assert any(line.startswith("smallest subset (2,560 images)") for line in s["verdict"])
+    assert any(line.startswith("smallest subset (1,536 images)") for line in s["verdict"])
 
 
 def _makefile_value(name: str) -> str:
@@ -118,7 +118,7 @@ def test_reduced_scenes_study_summarises_its_registered_metric(tmp_path, capsys)
     assert main(["summary", str(runs / "scenes_study"), "--metric", metric, "--json"]) == 0
     s = json.loads(capsys.readouterr().out)
     assert s["metric"] == metric
-    assert [row["num_examples"] for row in s["subsets"]] == [2560, 8_000, 128_000]
+    assert [row["num_examples"] for row in s["subsets"]] == [1536, 4_800, 76_800]
     cell = next((runs / "scenes_study").glob("*/result.json"))
     result = json.loads(cell.read_text())
     tasks = {
