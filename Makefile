@@ -92,7 +92,7 @@ endif
 
 demo-report: report
 
-# The study (1 h 9 min on 2 cores without bf16 units; README, "The study"): Figs. 4 and 5
+# The study (42 min on 2 cores without bf16 units; README, "The study"): Figs. 4 and 5
 # at toy scale, four subsets, two sizes per family, two seeds, two durations on the
 # largest subset, in both worlds: the glyph world (the local-shape control) and the scenes
 # world (pre-registered: experiments/preregistered/scenes.md; its verdict reads the suite

@@ -8,7 +8,7 @@ import numbers
 from collections.abc import Sequence
 
 import pandas as pd
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from vitscale.record import STATUS_DONE
 from vitscale.record.cells import metric_columns
@@ -107,17 +107,45 @@ def line_styles(frame: pd.DataFrame, hue: str) -> dict:
     }
 
 
+# Tick multipliers tried in order on a short log axis: the first that gives at least two
+# labels in the data's range, spaced as below, wins (1-2-5, then finer).
+_SHORT_LOG_SUBS = ((1, 2, 5), (1, 2, 3, 5), (1, 2, 4, 6, 8), (1, 2, 3, 4, 5, 6, 7, 8, 9))
+_SHORT_LOG_GAP = 1 / 3.2  # neighbouring labels at least this share of the axis apart
+
+
 def log_x(ax, values) -> None:
-    """A log x axis for positive ``values``; spanning less than ~1.5 decades, it is
-    labelled at 1, 2 and 5 times each power of ten (else one label would be left)."""
+    """A log x axis for positive ``values``. Spanning less than ~1.5 decades, it is labelled
+    at a few round values inside the data's range (1, 2 and 5 times each power of ten when
+    two of them fall there, else finer multipliers) spaced so that their labels do not
+    touch on a narrow panel: matplotlib's own locator labels every integer multiple on a
+    short axis and the labels run together."""
     values = pd.Series(values, dtype=float).dropna()
     if values.empty or (values <= 0).any():
         return
     ax.set_xscale("log")
-    if values.max() / values.min() < 30:
-        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    lo, hi = values.min(), values.max()
+    if hi / lo < 30:
+        ax.xaxis.set_major_locator(FixedLocator(short_log_ticks(lo, hi)))
         ax.xaxis.set_major_formatter(FuncFormatter(_power_of_ten))
         ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def short_log_ticks(lo: float, hi: float) -> list[float]:
+    """Round tick values for a log axis over ``[lo, hi]`` (a span under ~1.5 decades), at
+    least :data:`_SHORT_LOG_GAP` of the span apart (so at most four)."""
+    pad = (hi / lo) ** 0.05  # a label just outside the data still sits inside the margins
+    gap = _SHORT_LOG_GAP * math.log10(hi * pad / (lo / pad))
+    decades = range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+    ticks: list[float] = []
+    for subs in _SHORT_LOG_SUBS:
+        ticks = []
+        for value in sorted(s * 10.0**e for e in decades for s in subs):
+            inside = lo / pad <= value <= hi * pad
+            if inside and (not ticks or math.log10(value / ticks[-1]) >= gap - 1e-9):
+                ticks.append(value)
+        if len(ticks) >= 2:
+            break
+    return ticks
 
 
 def _power_of_ten(value: float, _pos=None) -> str:

@@ -276,3 +276,34 @@ def test_write_png_and_pdf(tmp_path, cells):
             assert width <= limit + 0.2, (p.name, width)  # + savefig's 0.1 in padding a side
     with pytest.raises(ValueError, match="valid: png, pdf, svg"):
         fig5.write_paper(tmp_path, formats=("jpg",))
+
+
+# --------------------------------------------------------------------------- axes
+
+
+@pytest.mark.parametrize(
+    "lo, hi",
+    [(25_600, 76_800), (1.12e-6, 4.47e-6), (8.8e-7, 2.7e-6), (1_536, 19_200), (3e-7, 2.8e-6)],
+)
+def test_a_short_log_axis_has_a_few_round_labels_that_do_not_overlap(lo, hi):
+    """Less than ~1.5 decades (a study's examples seen, a frontier's compute): two to four
+    labels at round values near the data, side by side without touching on a narrow panel
+    (matplotlib's own locator labels every integer multiple there and they run together)."""
+    from analysis.figures._data import log_x
+
+    fig, ax = plt.subplots(figsize=(2.4, 2.0))
+    xs = np.geomspace(lo, hi, 5)
+    ax.plot(xs, np.arange(5))
+    log_x(ax, pd.Series(xs))
+    fig.canvas.draw()
+    shown = [(t.get_position()[0], t) for t in ax.get_xticklabels() if t.get_text()]
+    left, right = ax.get_xlim()
+    shown = [(x, t) for x, t in shown if left <= x <= right]
+    assert 2 <= len(shown) <= 4
+    for x, _ in shown:
+        mantissa = x / 10 ** np.floor(np.log10(x) + 1e-9)
+        assert round(mantissa, 6) in {1, 2, 3, 4, 5, 6, 8}
+    boxes = sorted((t.get_window_extent() for _, t in shown), key=lambda b: b.x0)
+    assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:], strict=False))
+    assert all(ax.xaxis.get_minor_formatter()(x) == "" for x in np.geomspace(lo, hi, 7))
+    plt.close(fig)
