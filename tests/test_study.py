@@ -14,36 +14,18 @@ import yaml
 from vitscale.cli import main
 from vitscale.config import yaml_load
 
+from .helpers.configs import in_seconds
+
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "experiments" / "study.yaml"
 SCENES = ROOT / "experiments" / "scenes_study.yaml"
-SMALL = {
-    "train": {"steps": 4, "eval_every": 2, "checkpoint_every": 4, "log_every": 2},
-    "optim": {"warmup_steps": 1},
-    "eval": {
-        "fewshot": {"seeds": 2, "test_examples": 40},
-        "upstream": {"examples": 40},
-        "finetune": {"steps": 1, "test_examples": 40},
-    },
-    "wandb": {"mode": "disabled"},
-}
-
-
-def _merge(base: dict, update: dict) -> dict:
-    for key, value in update.items():
-        if isinstance(value, dict):
-            base[key] = _merge(base.get(key) or {}, value)
-        else:
-            base[key] = value
-    return base
 
 
 def _reduced(tmp: Path, study: Path = STUDY) -> Path:
     """The study's own blocks, each cut to one model; the two-seed blocks to their
     smallest and largest subset, the one-seed ones to one subset, the compute blocks to
     one shorter duration; a few steps each."""
-    grid = yaml_load(study.read_text())
-    _merge(grid["base"], SMALL)
+    grid = in_seconds(yaml_load(study.read_text()))
     for block in grid["blocks"]:
         axes = block["axes"]
         axes["model.name"] = axes["model.name"][-1:]

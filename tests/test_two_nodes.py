@@ -37,6 +37,7 @@ from .helpers.cluster import (
     two,
     vitscale_ok,
 )
+from .helpers.configs import in_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "slurm" / "profiles" / "local2.yaml"
@@ -359,13 +360,7 @@ def test_a_lost_node_ends_the_job_and_the_cell_resumes_when_it_returns(
 def _small_demo(folder: Path) -> Path:
     """experiments/demo.yaml cut to its ViT cell at the smallest subset, seed 0, a few
     steps: what `make demo-slurm NODES=2` does with the demo, in seconds."""
-    grid = yaml.safe_load((ROOT / "experiments" / "demo.yaml").read_text())
-    grid["base"]["train"] |= {"steps": 4, "eval_every": 2, "checkpoint_every": 4}
-    grid["base"]["optim"] = {"warmup_steps": 1}
-    grid["base"]["eval"]["fewshot"] |= {"seeds": 1, "test_examples": 40}
-    grid["base"]["eval"]["upstream"] = {"examples": 0}
-    grid["base"]["eval"]["finetune"] |= {"steps": 1, "test_examples": 40}
-    grid["base"]["wandb"] = {"mode": "disabled"}
+    grid = in_seconds(yaml.safe_load((ROOT / "experiments" / "demo.yaml").read_text()))
     grid["axes"] = {"data.subset": grid["axes"]["data.subset"][:1], "seed": [0]}
     grid["blocks"] = [b for b in grid["blocks"] if b["name"] == "vit"]
     path = folder / "demo.yaml"

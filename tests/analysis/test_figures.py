@@ -11,6 +11,7 @@ from matplotlib.container import ErrorbarContainer
 
 from analysis import fixtures, paper
 from analysis.figures import curves, fig3, fig4, fig5
+from analysis.figures._data import log_x
 from vitscale import record as rf
 from vitscale.record.cells import load_history, load_runs
 
@@ -289,8 +290,6 @@ def test_a_short_log_axis_has_a_few_round_labels_that_do_not_overlap(lo, hi):
     """Less than ~1.5 decades (a study's examples seen, a frontier's compute): two to four
     labels at round values near the data, side by side without touching on a narrow panel
     (matplotlib's own locator labels every integer multiple there and they run together)."""
-    from analysis.figures._data import log_x
-
     fig, ax = plt.subplots(figsize=(2.4, 2.0))
     xs = np.geomspace(lo, hi, 5)
     ax.plot(xs, np.arange(5))

@@ -37,3 +37,30 @@ def tiny_config(**sections) -> dict:
         else:
             config[section] = values
     return config
+
+
+# What a study's or the demo's grid cells are cut to in tests: a few steps each, with every
+# part of a cell (evaluations, checkpoint, fine-tune) still run.
+SECONDS_BUDGET = {
+    "train": {"steps": 4, "eval_every": 2, "checkpoint_every": 4, "log_every": 2},
+    "optim": {"warmup_steps": 1},
+    "eval": {
+        "fewshot": {"seeds": 2, "test_examples": 40},
+        "upstream": {"examples": 40},
+        "finetune": {"steps": 1, "test_examples": 40},
+    },
+    "wandb": {"mode": "disabled"},
+}
+
+
+def in_seconds(grid: dict) -> dict:
+    """A grid file's mapping with :data:`SECONDS_BUDGET` merged into its ``base`` (in
+    place; returned for chaining)."""
+    _merge(grid.setdefault("base", {}), SECONDS_BUDGET)
+    return grid
+
+
+def _merge(base: dict, update: dict) -> dict:
+    for key, value in update.items():
+        base[key] = _merge(base.get(key) or {}, value) if isinstance(value, dict) else value
+    return base
