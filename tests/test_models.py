@@ -211,3 +211,66 @@ def test_weight_standardisation_is_per_output_channel():
     x = torch.randn(2, 8, 9, 9)
     expected = torch.nn.functional.conv2d(x, (w - mean) / std, padding=1)
     torch.testing.assert_close(conv(x), expected, rtol=1e-4, atol=1e-4)
+
+
+class _BothConvFamilies(torch.nn.Module):
+    """BiT (its stem and one pre-activation unit, GN-ReLU, pooling, head) and the hybrid's
+    trunk (the official post-activation stem and one unit, "SAME" padding, the 1x1 patch
+    embedding on its output): every convolution and norm of BiT-R*x* and R50x*+ViT-* (the
+    hybrid's transformer is the ViT's), in one graph that inductor compiles in a minute on
+    2 cores."""
+
+    def __init__(self) -> None:
+        import dataclasses
+
+        from vitscale.models.resnet import ResNetTrunk, ResNetV2
+
+        super().__init__()
+        bit = parse("BiT-R11x0.5")
+        self.bit = ResNetV2(spec=dataclasses.replace(bit, layers=(1,)), num_classes=10)
+        trunk = dataclasses.replace(parse("R50x1+ViT-Femto/16").resnet, layers=(1,))
+        self.trunk = ResNetTrunk(trunk)
+        self.embed = torch.nn.Conv2d(trunk.out_channels, 10, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.bit(x), self.embed(self.trunk(x)).mean(dim=(2, 3))])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_channels_last_matches_eager_nchw(backend):
+    """``train.compile`` with ``train.channels_last`` (the GPU default for ResNets and
+    hybrids) computes what the eager NCHW model does, forward and backward, for BiT and the
+    hybrid. The weight standardisation's flattening must stay a view of a channels-last
+    kernel: a copy there made the compiled backward fail ("view size is not compatible
+    ...") under aot_eager. In float64, so that no ReLU input lies within float32's rounding
+    of zero (one that did flipped a gradient element between the two memory layouts)."""
+    from .helpers.models import fill_
+
+    def build():
+        return fill_(_BothConvFamilies(), seed=0).double()
+
+    x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    labels = torch.tensor([0, 3, 5, 9, 1, 3, 5, 9])  # BiT's batch, then the trunk's
+
+    def loss_and_grads(model, inputs, forward):
+        loss = torch.nn.functional.cross_entropy(forward(inputs), labels)
+        loss.backward()
+        return loss.detach(), {k: p.grad for k, p in model.named_parameters()}
+
+    eager = build()
+    want, want_grads = loss_and_grads(eager, x, eager)
+    nhwc = build().to(memory_format=torch.channels_last)
+    assert any(p.ndim == 4 and not p.is_contiguous() for p in nhwc.parameters())
+    torch._dynamo.reset()
+    compiled = torch.compile(nhwc, backend=backend, fullgraph=True)
+    # inductor without vector code (the same graph, half the compile time on 2 cores)
+    with torch._inductor.config.patch({"cpp.simdlen": 1}):
+        got, got_grads = loss_and_grads(
+            nhwc, x.contiguous(memory_format=torch.channels_last), compiled
+        )
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=0)
+    for name, grad in want_grads.items():
+        torch.testing.assert_close(
+            got_grads[name], grad, rtol=1e-8, atol=1e-12, msg=lambda m, name=name: f"{name}: {m}"
+        )

@@ -68,10 +68,15 @@ class StdConv2d(nn.Conv2d):
     def standardized_weight(self) -> torch.Tensor:
         # (w - mean) / sqrt(var + eps) per output channel, as one fused op: batch norm over
         # the kernel seen as a batch of one with out_channels channels (2-3x faster than
-        # var_mean and arithmetic, forward and backward).
-        flat = rearrange(self.weight, "o i h w -> 1 o (i h w)")
+        # var_mean and arithmetic, forward and backward). The kernel is flattened in the
+        # order it lies in memory, NCHW or channels-last (``train.channels_last``), so that
+        # the flattening and its inverse are views: a copy there makes a compiled backward
+        # view a channels-last gradient as NCHW, which torch refuses.
+        order = "h w i" if _channels_last(self.weight) else "i h w"
+        flat = rearrange(self.weight, f"o i h w -> 1 o ({order})")
         weight = F.batch_norm(flat, None, None, training=True, momentum=0.0, eps=self.eps)
-        return weight.reshape_as(self.weight)
+        _, i, h, w = self.weight.shape
+        return rearrange(weight, f"1 o ({order}) -> o i h w", i=i, h=h, w=w)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.conv2d(x, self.standardized_weight(), None, self.stride, self.padding)
@@ -98,6 +103,10 @@ class SameStdConv2d(StdConv2d):
             None,
             self.stride,
         )
+
+
+def _channels_last(weight: torch.Tensor) -> bool:
+    return not weight.is_contiguous() and weight.is_contiguous(memory_format=torch.channels_last)
 
 
 def _pad_same(x: torch.Tensor, kernel: int, stride: int, value: float = 0.0) -> torch.Tensor:
