@@ -10,15 +10,43 @@ RUNS ?= runs
 FIGURES ?= figures
 WORKERS ?= 2
 
-.PHONY: install check test cluster lint format demo demo-slurm demo-report study study-gpu sweep report bench clean
+.PHONY: install check test test-latest lock cluster lint format demo demo-slurm demo-report study study-gpu sweep report bench clean
 
+# Installs are locked: requirements.lock pins every package, pip included, to the versions
+# the suite last passed with (CPython 3.11 on x86_64; README, "Installing"). LOCK= resolves
+# the newest releases pyproject.toml allows instead.
+LOCK ?= requirements.lock
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e '.[dev]'
+	$(PY) -m pip install -q $(if $(LOCK),-c $(LOCK),--upgrade --upgrade-strategy eager) --upgrade pip
+	$(PY) -m pip install -q $(if $(LOCK),-c $(LOCK),--upgrade --upgrade-strategy eager) -e '.[dev]'
 	touch $(STAMP)
+
+# The suite against the newest releases pyproject.toml allows, in its own environment
+# (.venv-latest), ignoring the lock and any site-wide pip constraint: a release that breaks
+# vitscale fails here, with what differs from the lock named, before the lock moves to it.
+LATEST := .venv-latest
+test-latest:
+	rm -f $(LATEST)/.installed-stamp $(LATEST)/.suite-passed
+	PIP_CONSTRAINT=/dev/null $(MAKE) --no-print-directory install VENV=$(LATEST) LOCK=
+	@echo "== make test-latest: what differs from $(LOCK) (locked -> newest)"; \
+	$(LATEST)/bin/python -m pip freeze --exclude-editable --all | awk -F'==' \
+	  'NR == FNR { if ($$0 !~ /^#/) lock[tolower($$1)] = $$2; next } \
+	   !(tolower($$1) in lock) { print "  " $$1 " (not locked) " $$2; next } \
+	   lock[tolower($$1)] != $$2 { print "  " $$1 " " lock[tolower($$1)] " -> " $$2 }' $(LOCK) -
+	@$(MAKE) --no-print-directory test VENV=$(LATEST) LOCK= || { \
+	  echo "make test-latest: the suite FAILS with the newest releases above (the lock, $(LOCK), still passes: make test)"; exit 1; }
+	@touch $(LATEST)/.suite-passed
+	@echo "make test-latest: the suite passes with the newest releases above; make lock records them"
+
+# Move the lock to what test-latest installed and passed with.
+lock:
+	@test -f $(LATEST)/.suite-passed || { echo "make lock: no passing make test-latest to lock (run it first)"; exit 2; }
+	{ echo "# The versions the suite passed with (make test-latest, then make lock; $$(date -u +%F),"; \
+	  echo "# CPython $$($(LATEST)/bin/python -c 'import platform; print(platform.python_version(), platform.machine())')). Used as pip constraints by make install."; \
+	  $(LATEST)/bin/python -m pip freeze --exclude-editable --all; } > $(LOCK)
 
 # The suite runs as two pytest processes, one per core: the SLURM and fault-injection tests
 # (real clusters, signals and subprocesses, often waiting) beside all the others; both logs
@@ -139,4 +167,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/overhead.py
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(LATEST) *.egg-info .pytest_cache .ruff_cache

@@ -259,7 +259,7 @@ def test_non_finite_loss_stops_and_marks_the_run_failed(tmp_path, monkeypatch):
 
 
 _LAUNCHED = """
-import atexit, json, sys
+import atexit, json, os, sys
 import torch
 import torch.distributed as dist
 from vitscale.cli import main
@@ -269,6 +269,11 @@ seen = {}
 
 def report():  # registered first, so it runs last: after the command has returned
     seen["group_alive_at_exit"] = dist.is_available() and dist.is_initialized()
+    # gloo's threads (pt_gloo_runloop, gloo_tcp_loop) end with their group; alive into
+    # the interpreter's finalisation they can abort the process as it exits
+    seen["threads_at_exit"] = sorted(
+        open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")
+    )
     print("LAUNCHED " + json.dumps(seen), flush=True)
 
 atexit.register(report)
@@ -289,7 +294,8 @@ sys.exit(main(["train", sys.argv[1], "--workdir", sys.argv[2]]))
 def test_two_cpu_processes_match_one(tmp_path):
     """torchrun --nproc_per_node 2 (gloo) and 1 process with the same global batch: the
     same examples per step, the same loss curve within float tolerance; MFU per device;
-    the process group waits as long as a checkpoint write needs and is destroyed at exit."""
+    the process group waits as long as a checkpoint write needs and is destroyed at exit,
+    its threads with it (alive into the interpreter's finalisation, one aborted rank 1)."""
     from vitscale.flops import count
     from vitscale.train.runtime import process_group_timeout
 
@@ -346,6 +352,7 @@ def test_two_cpu_processes_match_one(tmp_path):
     timeout = process_group_timeout(count("ViT-Pico/4", 32).params).total_seconds()
     assert [s["timeout_s"] for s in seen[2]] == [timeout, timeout]
     assert not any(s["group_alive_at_exit"] for s in (*seen[1], *seen[2]))
+    assert [[t for t in s["threads_at_exit"] if "gloo" in t] for s in seen[2]] == [[], []]
 
 
 def test_no_host_sync_between_log_steps(tmp_path, monkeypatch):

@@ -3,7 +3,8 @@
 Accelerate does all device and distribution work. Facts found on CPU: under ``torchrun
 --nproc_per_node 2`` Accelerate joins the two processes only when it is built with
 ``cpu=True`` (else each silently trains alone), so ``cpu=True`` is passed whenever no GPU
-is visible; ``end_training()`` destroys the process group, so it is called last.
+is visible; :func:`shutdown` destroys the process group, the last thing a launched process
+does, and nothing may keep the group alive past it (the import below).
 
 Precision ``auto`` is bf16 where the hardware runs it fast (CUDA GPUs with bf16 support;
 CPUs with AVX512-BF16 or AMX units, measured 1.2-1.8x faster than fp32 for the demo
@@ -24,6 +25,15 @@ from collections.abc import MutableMapping
 from typing import Any
 
 import torch
+
+# Before any process group exists: torch.distributed.nn's functions take
+# ``group=group.WORLD`` as a default argument, evaluated when the module is first imported
+# (by torch._dynamo, which DDP imports, or by FSDP). Imported after the group is made, it
+# holds the group for ever: destroy_process_group then leaves gloo's worker threads running
+# into the interpreter's finalisation, where one that releases a finished collective's
+# Python tensor aborts the process ("terminate called without an active exception").
+if torch.distributed.is_available():
+    import torch.distributed.nn  # noqa: F401  (imported for that side effect)
 
 # Dense bf16 tensor-core peak (no sparsity) per GPU from the vendors' data sheets, FLOP/s,
 # for MFU. First match of the CUDA device name wins, so variants come before their family.
