@@ -60,6 +60,31 @@ def test_benchmark_scores_extrapolate_as_numpy_does(bench):
     assert row["wins"] == 0  # against zeros
 
 
+def test_bnsl_fits_a_broken_law(bench):
+    """scaling_baselines.fit_bnsl on a noise-free curve of its own form (one break at 1e8,
+    inside the data) extrapolates it 2x past the data exactly."""
+    import scaling_baselines
+
+    law = lambda x: 0.1 + 3.0 * x**-0.1 * (1 + (x / 1e8) ** 2) ** -0.15  # noqa: E731
+    x, x_new = np.geomspace(4e6, 1.5e9, 40), np.geomspace(1.6e9, 3e9, 10)
+    pred = scaling_baselines.fit_bnsl(x, law(x))(x_new)
+    assert _rmse_of_log(pred, law(x_new)) < 1e-6
+
+
+def test_inner_split_reads_only_the_fit_rows():
+    x = 2.0 ** (np.arange(13) / 2)  # log2 x = 0, 0.5, ..., 6
+    nan = np.array([np.nan])
+    s = holdout.Split("c", "m", "ViT", x, x / 100, nan, nan)  # held-out rows: never read
+    a = holdout.inner_split(s)  # the last doubling of the fit rows held out
+    np.testing.assert_array_equal(a.x_fit, x[x <= 32])
+    np.testing.assert_array_equal(a.x_held, x[x > 32])
+    np.testing.assert_array_equal(a.y_held, x[x > 32] / 100)
+    b = holdout.inner_split(s, before=2.0)  # the doubling before it
+    np.testing.assert_array_equal(b.x_fit, x[x <= 16])
+    np.testing.assert_array_equal(b.x_held, x[(x > 16) & (x <= 32)])
+    assert holdout.inner_split(s, before=16.0) is None  # 3 points before the cut
+
+
 def test_split_at_holds_out_the_end_of_the_log_range():
     x = np.geomspace(1, 1e4, 9)  # log10 x = 0, 0.5, ..., 4
     y = np.linspace(0.1, 0.9, 9)  # given in decreasing x
