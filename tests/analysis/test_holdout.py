@@ -56,7 +56,7 @@ def test_benchmark_scores_extrapolate_as_numpy_does(bench):
         inside = (s.y_held >= np.array(r["lo"])) & (s.y_held <= np.array(r["hi"]))
         assert row["cov"][i] == pytest.approx(inside.mean())
     (i,) = [i for i, s in enumerate(splits) if s.name == "ViT-B/16" and "imagenet" in s.metric]
-    assert row["rmse"][i] == pytest.approx(0.0442, abs=5e-5)  # RESULTS.md: M4's largest win
+    assert row["rmse"][i] == pytest.approx(0.0324, abs=5e-5)  # RESULTS.md: one of M4's wins
     assert row["wins"] == 0  # against zeros
 
 
