@@ -138,12 +138,12 @@ def _old_law(old, x, y, xt, yt) -> dict:
     return {"pred": pred, "bands": bands, "loglik": float(np.mean(loglik))}
 
 
-def _new_law(x, y, xt, yt) -> dict:
-    law = extrapolation.predictive(x, y, xt)
+def _as_result(law: extrapolation.Predictive, y_held: np.ndarray) -> dict:
+    """A predictive law's median, bands at LEVELS and mean log density at ``y_held``."""
     return {
         "pred": law.median,
         "bands": {level: list(law.interval(level)) for level in LEVELS},
-        "loglik": float(np.mean(law.logpdf(yt))),
+        "loglik": float(np.mean(law.logpdf(y_held))),
     }
 
 
@@ -159,7 +159,7 @@ def _predict(job: tuple[str, holdout.Split]) -> dict:
     elif name == OLD:
         out = _old_law(old, s.x_fit, s.y_fit, s.x_held, s.y_held)
     else:
-        out = _new_law(s.x_fit, s.y_fit, s.x_held, s.y_held)
+        out = _as_result(extrapolation.predictive(s.x_fit, s.y_fit, s.x_held), s.y_held)
     sec = time.perf_counter() - start
     bands = {
         str(k): [np.asarray(b, float).tolist() for b in v] for k, v in out.get("bands", {}).items()
@@ -314,25 +314,20 @@ def _constant(module: types.ModuleType, name: str, value):
         setattr(module, name, old)
 
 
-def _dev_score(laws: list, splits: list, **constants) -> dict:
-    """Mean RMSE, log-likelihood and coverage at LEVELS of Predictive.from_details(...,
-    **constants) over the backtests ``splits`` (one cut)."""
-    rmse, ll, cov = [], [], {level: [] for level in LEVELS}
-    for d, s in zip(laws, splits, strict=True):
-        law = extrapolation.Predictive.from_details(d, **constants)
-        rmse.append(holdout.log_rmse(law.median, s.y_held))
-        ll.append(np.mean(law.logpdf(s.y_held)))
-        for level in LEVELS:
-            cov[level].append(holdout.coverage(s.y_held, *law.interval(level)))
-    return {
-        "rmse": np.mean(rmse),
-        "ll": np.mean(ll),
-        "cov": {k: np.mean(v) for k, v in cov.items()},
+def _over_cuts(label: str, by_cut: dict[str, dict]) -> dict:
+    """One table row from one :func:`summarise` row per backtest cut: each number the mean
+    over the cuts (the label gives each cut's mean RMSLE)."""
+    rows = list(by_cut.values())
+    out = {
+        k: None if rows[0].get(k) is None else float(np.mean([r[k] for r in rows]))
+        for k in ("mean", "median", *FAMILIES, "sec", "loglik", "width")
     }
-
-
-def _mean(scores: dict, key: str) -> float:
-    return float(np.mean([s[key] for s in scores.values()]))
+    cuts = "/".join(f"{r['mean']:.4f}" for r in rows)
+    out["estimator"] = f"{label} ({'/'.join(by_cut)}: {cuts})"
+    out["cov"] = {
+        v: np.array([np.mean([r["cov"][v].mean() for r in rows])]) for v in rows[0]["cov"]
+    }
+    return out
 
 
 def select(splits: list) -> str:
@@ -342,111 +337,77 @@ def select(splits: list) -> str:
         cut: [d for s in splits if (d := holdout.inner_split(s, before=b, reach=r)) is not None]
         for cut, (b, r) in CUTS.items()
     }
-    laws = {}
+    details = {}
     for n in GRID_N_PSEUDO:
         with _constant(extrapolation, "N_PSEUDO", n):
-            laws[n] = {
+            details[n] = {
                 cut: [extrapolation.predictive(s.x_fit, s.y_fit, s.x_held).details for s in ds]
                 for cut, ds in dev.items()
             }
 
-    def scores(n, **constants):
-        return {cut: _dev_score(laws[n][cut], dev[cut], **constants) for cut in dev}
+    def new(label: str, n: int, **constants) -> dict:
+        by_cut = {}
+        for cut, ds in dev.items():
+            res = {
+                _key(s): {
+                    **_as_result(extrapolation.Predictive.from_details(d, **constants), s.y_held),
+                    "sec": np.nan,
+                }
+                for d, s in zip(details[n][cut], ds, strict=True)
+            }
+            by_cut[cut] = summarise(label, res, ds, None)
+        return _over_cuts(label, by_cut)
 
-    by_late = {late: scores(GRID_N_PSEUDO[0], late=late) for late in GRID_LATE}
-    late = min(GRID_LATE, key=lambda v: _mean(by_late[v], "rmse"))
+    by_late = {v: new("", GRID_N_PSEUDO[0], late=v) for v in GRID_LATE}
+    late = min(GRID_LATE, key=lambda v: by_late[v]["mean"])
     fits = {
-        (n, kappa, dof): scores(n, late=late, kappa=kappa, dof=dof)
+        (n, kappa, dof): new("", n, late=late, kappa=kappa, dof=dof)
         for n in GRID_N_PSEUDO
         for kappa in GRID_KAPPA
         for dof in GRID_DOF
     }
-    n, kappa, dof = max(fits, key=lambda k: _mean(fits[k], "ll"))
-    chosen = {"LATE": float(late), "N_PSEUDO": n, "KAPPA": float(kappa), "DOF": dof}
-
-    rows = []
-
-    def add(label: str, res: dict) -> None:
-        rows.append(
-            f"| {label} | "
-            + " | ".join(_fmt(res[c]["rmse"], ".4f") if c in res else "-" for c in dev)
-            + f" | {np.mean([res[c]['rmse'] for c in dev]):.4f} | "
-            + (f"{_mean(res, 'll'):.3f} | " if "ll" in res[next(iter(dev))] else "- | ")
-            + " | ".join(
-                f"{np.mean([res[c]['cov'][v] for c in dev]):.3f}"
-                if "cov" in res[next(iter(dev))]
-                else "-"
-                for v in LEVELS
-            )
-            + " |"
-        )
-
-    old, res = before_module(), {}
-    for cut, ds in dev.items():
-        outs = [_old_law(old, s.x_fit, s.y_fit, s.x_held, s.y_held) for s in ds]
-        res[cut] = {
-            "rmse": np.mean(
-                [holdout.log_rmse(o["pred"], s.y_held) for o, s in zip(outs, ds, strict=True)]
-            ),
-            "ll": np.mean([o["loglik"] for o in outs]),
-            "cov": {
-                v: np.mean(
-                    [
-                        holdout.coverage(s.y_held, *o["bands"][v])
-                        for o, s in zip(outs, ds, strict=True)
-                    ]
-                )
-                for v in LEVELS
-            },
-        }
-    add(f"extrapolate at {BEFORE} (before)", res)
-    for name in ("M1", "M3", "BNSL"):
-        fit = baselines.ESTIMATORS[name]
-        add(
-            name,
+    n, kappa, dof = max(fits, key=lambda k: fits[k]["loglik"])
+    chosen = {"LATE": late, "N_PSEUDO": n, "KAPPA": kappa, "DOF": dof}
+    rows = [
+        _over_cuts(
+            f"extrapolate at {BEFORE}" if name == OLD else name,
             {
-                cut: {
-                    "rmse": np.mean(
-                        [holdout.log_rmse(fit(s.x_fit, s.y_fit)(s.x_held), s.y_held) for s in ds]
-                    )
-                }
+                cut: summarise(name, run(name, ds, jobs=1, done={}), ds, None)
                 for cut, ds in dev.items()
             },
         )
-    add("local law alone (LATE = 1), selected interval", scores(n, late=1.0, kappa=kappa, dof=dof))
-    add("**selected**: " + ", ".join(f"{k} {v}" for k, v in chosen.items()), fits[(n, kappa, dof)])
-    sizes = ", ".join(f"{cut} {len(ds)}" for cut, ds in dev.items())
-    head = (
-        f"| design ({sizes} backtests) | "
-        + " | ".join(f"RMSLE {c}" for c in dev)
-        + " | mean | log-lik. | "
-        + " | ".join(f"cov. {100 * v:.0f}%" for v in LEVELS)
-        + " |"
-    )
-    lines = [
-        "## Selection on backtests inside the fit rows (no held-out row read)",
-        "",
-        head,
-        "|---|" + "---:|" * (len(dev) + 2 + len(LEVELS)),
-        *rows,
-        "",
-        "LATE (mean RMSLE of cuts "
-        + "/".join(dev)
-        + "): "
-        + ", ".join(f"{v:.2f} {_mean(by_late[v], 'rmse'):.4f}" for v in GRID_LATE[::5]),
-        "best 5 (N_PSEUDO, KAPPA, DOF) by mean log-likelihood: "
-        + "; ".join(
-            f"({k[0]}, {k[1]:.2f}, {k[2]}) {_mean(fits[k], 'll'):.3f}"
-            for k in sorted(fits, key=lambda k: -_mean(fits[k], "ll"))[:5]
-        ),
+        for name in (OLD, "M1", "M3", "BNSL")
     ]
-    differ = {k: v for k, v in chosen.items() if getattr(extrapolation, k) != v}
-    lines.append(
-        f"analysis/extrapolation.py differs from the selection: {differ}"
-        if differ
-        else "analysis/extrapolation.py has the selected constants."
+    rows.append(
+        new("local law alone (LATE 1), the selected law", n, late=1.0, kappa=kappa, dof=dof)
     )
-    return "\n".join(lines)
+    rows.append(
+        new(
+            "**selected**: " + ", ".join(f"{k} {v}" for k, v in chosen.items()),
+            n,
+            late=late,
+            kappa=kappa,
+            dof=dof,
+        )
+    )
+    best = sorted(fits, key=lambda k: -fits[k]["loglik"])[:5]
+    differ = {k: v for k, v in chosen.items() if getattr(extrapolation, k) != v}
+    sizes = ", ".join(f"{cut} {len(ds)}" for cut, ds in dev.items())
+    return "\n".join(
+        [
+            f"## Selection on backtests inside the fit rows ({sizes}; no held-out row read)",
+            "",
+            table(rows, 0),
+            "",
+            "LATE: mean RMSLE "
+            + ", ".join(f"{v:.2f} {by_late[v]['mean']:.4f}" for v in GRID_LATE[::5]),
+            "best (N_PSEUDO, KAPPA, DOF) by log-likelihood: "
+            + "; ".join(f"({k[0]}, {k[1]:.2f}, {k[2]}) {fits[k]['loglik']:.3f}" for k in best),
+            f"analysis/extrapolation.py differs from the selection: {differ}"
+            if differ
+            else "analysis/extrapolation.py has the selected constants.",
+        ]
+    )
 
 
 def main() -> int:
