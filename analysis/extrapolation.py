@@ -160,7 +160,7 @@ class Details:
 
 @dataclass(frozen=True)
 class Predictive:
-    """The predictive law of the observed error at each x_new (module docstring, step 3):
+    """The predictive law of the observed error at each x_new (module docstring, step 4):
     log y = ``loc`` + ``scale`` T, T a Student-t with ``dof`` degrees of freedom; arrays
     shaped like x_new."""
 
@@ -179,8 +179,8 @@ class Predictive:
         kappa: float = KAPPA,
         dof: float = DOF,
     ) -> Predictive:
-        """The law the module's steps 2-3 build from ``details`` (the constants as keywords,
-        for benchmarks/extrapolation.py's selection)."""
+        """The law that steps 3-4 of the module docstring build from ``details`` (their
+        constants as keywords, for benchmarks/extrapolation.py's selection)."""
         d = details
         shape = d.z.shape if shape is None else shape
         loc = np.where(d.z > 0, d.at_last + late * (d.local - d.at_last), d.local)
