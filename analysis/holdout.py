@@ -5,8 +5,9 @@ benchmarks/extrapolation.py).
 A :class:`Split` is one curve cut in two: the published split of a reference curve
 (:func:`analysis.reference.jft.splits`), or the last ``fraction`` of a curve's log-x range
 (:func:`split_at`), for a run's learning curve (:func:`history_splits`: examples seen ->
-few-shot error, from metrics.jsonl) or a group's compute frontier (:func:`frontier_splits`).
-Scores, as Alabdulmohsin et al. (NeurIPS 2022, Sec. 5) score their benchmark:
+few-shot error, from metrics.jsonl) or a group's compute frontier (:func:`frontier_splits`);
+:func:`inner_split` cuts a split's fit rows alone (a backtest that reads no held-out row,
+on which benchmarks/extrapolation.py selects extrapolate's design). Scores, as Alabdulmohsin et al. (NeurIPS 2022, Sec. 5) score their benchmark:
 
 - ``rmse``: the root mean square of log(predicted error) - log(observed error) over the
   held-out points, a relative error that weighs a 10% and a 1% error alike;
@@ -106,6 +107,21 @@ def split_at(
     lx = np.log(x)
     fit = lx <= lx[0] + (1.0 - fraction) * (lx[-1] - lx[0])
     return Split(name, metric, family, x[fit], y[fit], x[~fit], y[~fit])
+
+
+def inner_split(
+    split: Split, *, before: float = 1.0, reach: float = 2.0, min_fit: int = 5
+) -> Split | None:
+    """A backtest inside ``split``'s fit rows, never reading its held-out rows: the fit rows
+    with x <= x_last / ``before`` (x_last: the last fitted x), cut so that the last
+    ``reach``-fold of them is held out (benchmarks/extrapolation.py selects its design on
+    these); None when fewer than ``min_fit`` points precede the cut or none follow it."""
+    x, y = split.x_fit, split.y_fit
+    end = x.max() / before
+    fit, held = x <= end / reach, (x > end / reach) & (x <= end)
+    if len(np.unique(x[fit])) < min_fit or not held.any():
+        return None
+    return Split(split.name, split.metric, split.family, x[fit], y[fit], x[held], y[held])
 
 
 def predict(

@@ -25,8 +25,9 @@ Fitting (:func:`fit_power_law`):
 
 That band is a band for the law's parameters: it leaves out model error and the noise of a
 new measurement, and covered 28% of the held-out points of the JFT learning-curve benchmark.
-To *predict* a curve past its data, with an interval that holds, use :func:`extrapolate`
-(:mod:`analysis.extrapolation`, re-exported here).
+To *predict* a curve past its data, with a law of the next observation (its median,
+intervals and density), use :func:`extrapolate` (:mod:`analysis.extrapolation`, re-exported
+here).
 """
 
 from __future__ import annotations

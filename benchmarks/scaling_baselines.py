@@ -1,6 +1,7 @@
 """The four learning-curve estimators of Alabdulmohsin, Neyshabur & Zhai, "Revisiting Neural
-Scaling Laws in Language and Vision" (NeurIPS 2022, arXiv:2209.06640), M1-M4, the baselines
-of benchmarks/extrapolation.py.
+Scaling Laws in Language and Vision" (NeurIPS 2022, arXiv:2209.06640), M1-M4, and a broken
+neural scaling law with one break (BNSL, Caballero et al., ICLR 2023): the baselines of
+benchmarks/extrapolation.py.
 
 Our own implementations, written from the paper's definitions and the description of
 their estimators in google-research/revisiting_neural_scaling_laws (read, not copied).
@@ -17,17 +18,19 @@ regressions the published code hands to scikit-learn (the same problems).
     M2  y = err_inf + beta x^c
     M3  y = beta (1/x + gamma)^c                      (c >= 0)
     M4  (y - err_inf) / (err_0 - y)^alpha = beta x^c  (err_0: the error at x = 0)
+    BNSL y = a + b x^(-c0) (1 + (x / d1)^(1 / f1))^(-c1 f1)       (:func:`fit_bnsl`)
 
 Each ``fit_*(x, y)`` returns ``predict(x_new) -> predicted error``.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 
 import numpy as np
-from scipy.optimize import nnls
+from scipy.optimize import least_squares, nnls
 
 MARGIN = 1e-3  # the published code keeps err_inf <= min(y) - 1e-3 and err_0 >= max(y) + 1e-3
 
@@ -204,9 +207,65 @@ def fit_m4(
     return M4Law(beta, c, alpha, e_inf, e_0)
 
 
+def _bnsl_log(p: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """log y of BNSL with parameters (a, log b, c0, c1, log d1, log f1) at u = log x."""
+    a, lb, c0, c1, ld, lf = p
+    f = math.exp(lf)
+    power = lb - c0 * u - c1 * f * np.logaddexp(0.0, (u - ld) / f)
+    return np.logaddexp(math.log(max(a, 1e-300)), power)
+
+
+def fit_bnsl(x, y) -> Predictor:
+    """BNSL with one break, Caballero, Gupta, Rish & Krueger, "Broken Neural Scaling Laws"
+    (ICLR 2023), their eq. 1 with n = 1:
+
+        y = a + b x^(-c0) (1 + (x / d1)^(1 / f1))^(-c1 f1)
+
+    (two power laws, slopes -c0 then -(c0 + c1), joined around x = d1 with sharpness f1),
+    fitted by least squares on log y, the mean squared log error the paper minimises. The
+    fitting procedure is ours: x in units of its largest value; 60 starts (log d1 at the
+    20/40/60/80/95% quantiles of log x, f1 in {0.3, 1}, c0 in {0, 0.3, 1}, c1 in {0.3, 1}),
+    each with (a, b) from a regression of y on the power part weighted by 1 / y^2; the
+    three best polished by trust-region least squares on all six, within a in [0, min y),
+    c0 in [-2, 5], c1 in [-5, 5], f1 in [e^-4, e^3] and the break at most one e-fold past
+    the data.
+    """
+    x, y = _curve(x, y)
+    scale = float(x.max())
+    u, ly = np.log(x / scale), np.log(y)
+    top = float(y.min()) * (1.0 - 1e-6)
+    starts = []
+    for ld, lf, c0, c1 in itertools.product(
+        np.quantile(u, [0.2, 0.4, 0.6, 0.8, 0.95]),
+        (math.log(0.3), 0.0),
+        (0.0, 0.3, 1.0),
+        (0.3, 1.0),
+    ):
+        power = np.exp(_bnsl_log(np.array([0.0, 0.0, c0, c1, ld, lf]), u))
+        a, b = _ols(np.stack([np.ones_like(u), power], 1) / y[:, None], np.ones_like(y))
+        a = min(max(float(a), 0.0), top)
+        if b <= 0:
+            a, b = 0.0, float(np.exp(np.mean(ly - np.log(power))))
+        p = np.array([a, math.log(b), c0, c1, ld, lf])
+        starts.append((float(np.sum((_bnsl_log(p, u) - ly) ** 2)), p))
+    lower = np.array([0.0, -50.0, -2.0, -5.0, u.min() - 1.0, -4.0])
+    upper = np.array([top, 50.0, 5.0, 5.0, 1.0, 3.0])
+    best = None
+    with np.errstate(over="ignore", invalid="ignore"):
+        for _, p in sorted(starts, key=lambda s: s[0])[:3]:
+            p = np.clip(p, lower + 1e-9, upper - 1e-9)
+            sol = least_squares(
+                lambda q: _bnsl_log(q, u) - ly, p, bounds=(lower, upper), max_nfev=200
+            )
+            if best is None or sol.cost < best.cost:
+                best = sol
+    return lambda xn: np.exp(_bnsl_log(best.x, np.log(np.asarray(xn, float) / scale)))
+
+
 ESTIMATORS: dict[str, Callable[..., Predictor]] = {
     "M1": fit_m1,
     "M2": fit_m2,
     "M3": fit_m3,
     "M4": fit_m4,
+    "BNSL": fit_bnsl,
 }
