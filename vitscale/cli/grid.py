@@ -72,7 +72,11 @@ def run_grid(args: argparse.Namespace) -> int:
 def configure_status(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", help="run folders, grid folders or a runs/ directory")
     p.add_argument(
-        "--shots", type=int, default=5, help="few-shot column: best k-shot accuracy (default 5)"
+        "--shots",
+        type=int,
+        default=None,
+        help="few-shot column: the mean over a cell's transfer sets of its best K-shot "
+        "accuracy (default: its first set at its first shot count)",
     )
     p.add_argument("--json", action="store_true")
 

@@ -255,7 +255,7 @@ def grid(
     return slurm.wait(g, runs_root=runs_root) if wait and code == 0 else code
 
 
-def status(paths: list[Path], *, shots: int, as_json: bool) -> int:
+def status(paths: list[Path], *, shots: int | None, as_json: bool) -> int:
     from .slurm import job_note, job_state
 
     rows, problems = collect(paths, shots=shots, job_state=job_state, job_note=job_note)
