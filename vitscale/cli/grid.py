@@ -34,6 +34,12 @@ def configure_grid(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--runs", default="runs", help="root of the run folders (default: runs)")
     p.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="run again the failed cells that have used their retries (the grid's "
+        "`retries:`, default 1): after fixing what failed them",
+    )
+    p.add_argument(
         "--stop-timeout",
         type=float,
         default=None,
@@ -66,6 +72,7 @@ def run_grid(args: argparse.Namespace) -> int:
             overrides=args.overrides,
             wait=args.wait,
             stop_timeout=args.stop_timeout,
+            retry_failed=args.retry_failed,
         )
 
 
