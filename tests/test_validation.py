@@ -220,8 +220,10 @@ def test_a_bad_value_is_one_line_and_exit_code_2(case, tmp_path, capsys):
 def test_intervals_longer_than_the_run_are_allowed_and_said(tmp_path, capsys):
     train = _config(train={"eval_every": 100, "checkpoint_every": 50, "log_every": 13})
     assert main(["train", _write(tmp_path, train), "--dry-run"]) == 0
-    err = capsys.readouterr().err
-    assert err.splitlines() == [
+    *err, recipe = capsys.readouterr().err.splitlines()
+    assert recipe.startswith("note: recipe 'synthetic', chosen for synthetic, sets ")
+    assert "optim.lr=0.001" in recipe and "(set any of them, or recipe: " in recipe
+    assert err == [
         "note: train.eval_every: 100 is longer than the run (12 steps): it evaluates at the "
         "end only",
         "note: train.checkpoint_every: 50 is longer than the run (12 steps): it checkpoints at "
@@ -233,7 +235,8 @@ def test_intervals_longer_than_the_run_are_allowed_and_said(tmp_path, capsys):
     notes = capsys.readouterr().err.splitlines()
     assert notes == [  # once, not once per cell
         "note: train.eval_every: 1,000 is longer than the run (12 steps): it evaluates at the "
-        "end only"
+        "end only",
+        recipe,
     ]
 
 

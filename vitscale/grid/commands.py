@@ -231,7 +231,8 @@ def grid(
     g = load_grid(
         path, overrides=overrides, num_processes=launch, profile=profile, running=not dry_run
     )
-    for note in dict.fromkeys(note for cell in g.cells for note in cell.plan.notes):
+    notes = (n for c in g.cells for n in (*c.plan.notes, c.plan.recipe_note) if n)
+    for note in dict.fromkeys(notes):
         print(f"note: {note}", file=sys.stderr)  # once, not once per cell
     if dry_run:
         return print_dry_run(g, runs_root, profile, as_json=as_json, retry_failed=retry_failed)
