@@ -255,3 +255,32 @@ def test_the_real_entry_point_says_it_in_one_line(tmp_path):
         "examples than synthetic holds (1,000,000,000); allowed: a count up to 1,000,000,000 "
         "or a fraction in (0, 1]"
     ]
+
+
+def test_grid_problems_are_blamed_on_the_key_that_caused_them_once(tmp_path, capsys):
+    """A typo in base:, one in the top-level axes: and one in --set, in a grid of two
+    blocks: each is said once, at its own place, not once per block as 'block ...'."""
+    grid = {
+        "name": "typo",
+        "base": {"data": {"dataset": "synthetic"}, "optim": {"lrr": 1e-3}},
+        "axes": {"seed": [0, 1], "optim.warmup_step": [5]},
+        "blocks": [
+            {"name": "vit", "axes": {"model.name": ["ViT-Femto/8"]}},
+            {"name": "resnet", "axes": {"model.name": ["BiT-R11x0.5"]}},
+        ],
+    }
+    path = _write(tmp_path, grid)
+    args = ["grid", path, "--dry-run", "--set", "optim.weight_decy=0.1"]
+    assert main(args) == 2
+    lines = capsys.readouterr().err.removeprefix("error: ").splitlines()
+    assert len(lines) == 4, lines
+    assert lines[3] == (  # no duration anywhere: a rule, said once for the grid
+        f"{path}: train: give the duration exactly once as train.steps, train.epochs or "
+        "train.examples (got none)"
+    )
+    assert f"{path}: base: unknown key 'optim.lrr'; did you mean optim.lr?" in lines
+    assert any(s.startswith(f"{path}: axes: unknown key 'optim.warmup_step'") for s in lines)
+    assert (
+        "--set optim.weight_decy=0.1: unknown key 'optim.weight_decy'; did you mean "
+        "optim.weight_decay?"
+    ) in lines
