@@ -169,7 +169,7 @@ class StreamLoader(DataLoader):
             if isinstance(batch, ReadFailure):
                 del batches  # stop the workers now, not when the traceback is freed
                 raise batch.error(batch.message)
-            for text in set(batch.skipped) - said:
+            for text in dict.fromkeys(t for t in batch.skipped if t not in said):
                 print(f"warning: replaced a bad example: {text}", file=sys.stderr)
                 said.add(text)
             yield batch
