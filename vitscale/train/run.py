@@ -408,6 +408,7 @@ def _pretraining_set(planned: Plan, accelerator) -> tuple[Any, Plan]:
                 class_balanced=d.class_balanced,
                 shuffle_shards=d.shuffle_shards,
                 skip_bad_samples=d.skip_bad_samples,
+                holdout=d.holdout,
             )
     except (DatasetNotFoundError, DatasetFormatError):
         raise
