@@ -130,7 +130,8 @@ SOURCES: dict[str, SourceInfo] = {
             num_classes=None,
             sizes=(),
             val_fraction=0.1,
-            expected="train/<class>/<image> and test/<class>/<image> (or val/ for test)",
+            expected="train/<class>/<image> and test/<class>/<image> (or val/ for test; "
+            "without either, a part of train, data.holdout, is held out)",
             how_to_get="arrange the images in one folder per class",
         ),
         SourceInfo(
@@ -139,8 +140,9 @@ SOURCES: dict[str, SourceInfo] = {
             num_classes=None,
             sizes=(),
             val_fraction=0.1,
-            expected=f"train/<class>/<image>, test/<class>/<image> (or val/) and {LABEL_FILE} "
-            "with lines '<split>/<class>/<image><TAB><label>,<label>,...' listing each image's "
+            expected=f"train/<class>/<image>, test/<class>/<image> (or val/; without either, "
+            f"a part of train, data.holdout, is held out) and {LABEL_FILE} with "
+            "lines '<split>/<class>/<image><TAB><label>,<label>,...' listing each image's "
             "further labels (class folder names)",
             how_to_get="export the images one folder per primary label and write the other "
             f"labels to {LABEL_FILE}",

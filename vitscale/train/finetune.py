@@ -207,7 +207,10 @@ def finetune_and_score(
     ft = cfg.eval.finetune
     paper_steps, paper_lrs = finetune_recipe(dataset)
     lrs = ft.lrs or list(paper_lrs)
-    kw = dict(root=cfg.data.root, image_size=image_size, download=cfg.data.download, seed=cfg.seed)
+    d = cfg.data
+    kw = dict(
+        root=d.root, image_size=image_size, download=d.download, seed=cfg.seed, holdout=d.holdout
+    )
     with rank0_downloads_first(accelerator, download=cfg.data.download):
         minitrain, val = finetune_splits(dataset, val_fraction=ft.val_fraction, **kw)
     common = dict(
