@@ -23,13 +23,15 @@ def _patch(name: str) -> str:
 
 
 def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_json: bool) -> int:
-    """The cells, their cost and totals; with a profile also the peak memory per GPU and
-    the micro-batches (refusing, after the table, cells that fit at none)."""
+    """The cells, their cost and totals, then what submission would refuse; with a profile
+    also the peak memory per GPU and the micro-batches, and the grid's resources checked
+    against it as submission checks them. Exit code 2 when anything would be refused."""
     actions = {p.cell.id: p.action for p in plan(grid, runs_root)}
     est = profile or Profile(name="default")
     costs = [cell_cost(c, est) for c in grid.cells]
     fits = {f.cell.id: f for f in place_grid(grid, profile)} if profile else {}
-    problems = [p for f in fits.values() for p in f.problems]
+    problems = grid.problems_on(profile) if profile else []  # what submission would refuse
+    problems += [p for f in fits.values() for p in f.problems]
     todo = [c for c in costs if actions[c.cell.id] == "submit"]
     total = {
         "cells": len(costs),
@@ -66,9 +68,7 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
         print(
             json.dumps({"grid": grid.name, "cells": cells, "total": total}, indent=2, default=str)
         )
-        if problems:
-            raise GridError(problems)
-        return 0
+        return _refuse(problems)
     print(
         f"grid {grid.name!r} ({grid.path}): {len(costs)} cells -> {runs_root / grid.name}/<cell id>/"
     )
@@ -117,9 +117,16 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
             f"({'usable ' + format(_usable_gib(profile), '.1f') + ' GiB per GPU' if profile.gpu_mem_gb else 'no gpu_mem_gb in the profile: nothing checked'}); "
             "micro: pre-training micro-batch / per-GPU batch (fine-tuning's after the comma)"
         )
-    if problems:
-        raise GridError(problems)
-    return 0
+    return _refuse(problems)
+
+
+def _refuse(problems: list[str]) -> int:
+    """After the table: each problem submission would refuse, once, one line each; exit
+    code 2 (a problem with the input, as the command line's other errors) if any."""
+    sys.stdout.flush()
+    for p in problems:
+        print(f"error: {p}", file=sys.stderr)
+    return 2 if problems else 0
 
 
 def _basis_line(counts: dict[str, int], profile: Profile) -> str:
