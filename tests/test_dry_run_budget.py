@@ -57,7 +57,7 @@ def test_dry_run_checks_resources_against_the_profile_once_each(tmp_path, capsys
     code, out, err = _dry_run(grid, profile, capsys, "--runs", str(tmp_path / "runs"))
     assert code == 2
     assert "total:" in out  # the table first, then the problems
-    errors = err.strip().splitlines()
+    errors = [line for line in err.splitlines() if not line.startswith("note: ")]
     assert errors == [
         f"error: {grid}: resources.default: gpus=8 on 1 node(s) but profile 'small' has 4 GPUs "
         "per node; set nodes: 2 for gpus: 8, or ask for fewer GPUs",

@@ -11,7 +11,7 @@ from ..catalog import model_columns
 from .calibration import ASSUMED, BASES, ESTIMATED, FAMILY, MEASURED
 from .cost import CellCost, cell_cost
 from .placement import Placement, apply_placements, place_grid
-from .plan import plan, summary
+from .plan import plan, retry_hint, summary
 from .profile import Profile, load_profile
 from .spec import Grid, GridError, load_grid
 from .status import collect, format_table
@@ -22,12 +22,20 @@ def _patch(name: str) -> str:
     return "-" if patch is None else f"/{patch}" if family == "Hybrid" else str(patch)
 
 
-def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_json: bool) -> int:
+def print_dry_run(
+    grid: Grid,
+    runs_root: Path,
+    profile: Profile | None,
+    *,
+    as_json: bool,
+    retry_failed: bool = False,
+) -> int:
     """The cells, their cost and totals, then what submission would refuse; with a profile
     also node-hours, time-limit slices, the peak memory per GPU and the micro-batches, and
     the grid's resources checked against it as submission checks them. Exit code 2 when
     anything would be refused."""
-    actions = {p.cell.id: p.action for p in plan(grid, runs_root)}
+    planned = plan(grid, runs_root, retry_failed=retry_failed)
+    actions = {p.cell.id: p.action for p in planned}
     est = profile or Profile(name="default")
     costs = [
         cell_cost(c, est, resources=grid.resources_for(c) if profile else None) for c in grid.cells
@@ -148,6 +156,8 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
             f"runs as, one after another (the longest, {longest.cell.id}: {longest.slices}, "
             f"{_duration((longest.node_hours or 0) / _nodes(grid, longest))} at least)"
         )
+    if hint := retry_hint(planned, grid_path=grid.path, runs=runs_root / grid.name):
+        print(hint)
     if fits:
         print(
             "GiB/GPU: estimated peak memory of a training or fine-tuning step per GPU "
@@ -286,6 +296,7 @@ def grid(
     overrides: list[str] = (),
     wait: bool = False,
     stop_timeout: float | None = None,
+    retry_failed: bool = False,
 ) -> int:
     for flag, value in (("--workers", workers), ("--processes", processes)):
         if value < 1:
@@ -301,10 +312,11 @@ def grid(
     g = load_grid(
         path, overrides=overrides, num_processes=launch, profile=profile, running=not dry_run
     )
-    for note in dict.fromkeys(note for cell in g.cells for note in cell.plan.notes):
+    notes = (n for c in g.cells for n in (*c.plan.notes, c.plan.recipe_note) if n)
+    for note in dict.fromkeys(notes):
         print(f"note: {note}", file=sys.stderr)  # once, not once per cell
     if dry_run:
-        return print_dry_run(g, runs_root, profile, as_json=as_json)
+        return print_dry_run(g, runs_root, profile, as_json=as_json, retry_failed=retry_failed)
     if profile is not None:  # micro-batches that fit the profile's GPUs where the grid gives none
         fits = place_grid(g, profile)
         if problems := [p for f in fits for p in f.problems]:
@@ -313,7 +325,7 @@ def grid(
     if executor == "local":
         from .local import DEFAULT_STOP_TIMEOUT, Interrupted, run_local
 
-        planned = plan(g, runs_root)
+        planned = plan(g, runs_root, retry_failed=retry_failed)
         print(summary(planned))
         try:
             codes = run_local(
@@ -329,14 +341,23 @@ def grid(
         print(
             f"{len(codes)} cells run, {len(failed)} failed; `vitscale status {runs_root / g.name}` for details"
         )
-        return 1 if failed else 0
+        if failed:
+            print(
+                f"error: {len(failed)} cell(s) failed: run the same command again to retry them "
+                f"(each has {g.retries} retr{'y' if g.retries == 1 else 'ies'}; then "
+                "--retry-failed), after fixing the cause",
+                file=sys.stderr,
+            )
+        if hint := retry_hint(planned, grid_path=g.path, runs=runs_root / g.name):
+            print(f"error: {hint}", file=sys.stderr)
+        return 1 if failed or hint else 0
     from . import slurm
 
-    code = slurm.submit(g, runs_root=runs_root, profile=profile)
+    code = slurm.submit(g, runs_root=runs_root, profile=profile, retry_failed=retry_failed)
     return slurm.wait(g, runs_root=runs_root) if wait and code == 0 else code
 
 
-def status(paths: list[Path], *, shots: int, as_json: bool) -> int:
+def status(paths: list[Path], *, shots: int | None, as_json: bool) -> int:
     from .slurm import job_note, job_state
 
     rows, problems = collect(paths, shots=shots, job_state=job_state, job_note=job_note)
