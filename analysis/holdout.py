@@ -381,11 +381,13 @@ def predictions(
 
 
 def prediction_table(rows: Sequence[Prediction]) -> pd.DataFrame:
-    """One row per curve and x: the predicted error, its interval, accuracy and reach."""
+    """One row per curve and x: the predicted error, its interval, accuracy and reach; the
+    metric column only where the curves are of more than one (else the legend names it)."""
+    metrics = [r.metric for r in rows]
     return pd.DataFrame(
         {
             "curve": [r.name for r in rows],
-            "metric": [r.metric for r in rows],
+            **({"metric": metrics} if len(set(metrics)) > 1 else {}),
             "x": [f"{r.x:.4g}" for r in rows],
             "error": [round(r.error, 4) for r in rows],
             "lower": [round(r.lower, 4) for r in rows],
@@ -396,9 +398,13 @@ def prediction_table(rows: Sequence[Prediction]) -> pd.DataFrame:
     )
 
 
-def prediction_legend(*, level: float, x: str) -> list[str]:
+def prediction_legend(rows: Sequence[Prediction], *, level: float, x: str) -> list[str]:
     """What :func:`prediction_table`'s columns mean, one line each."""
+    metrics = list(dict.fromkeys(r.metric for r in rows))
     return [
+        f"metric: {metrics[0]}, every row"
+        if len(metrics) == 1
+        else "metric: the accuracy whose learning curve is predicted",
         f"x: where the error is predicted (--predict), in {x}",
         "error: the predicted error, 1 - accuracy/100 (the median of extrapolate's law)",
         f"lower, upper: the central {100 * level:g}% interval of an error observed at x",

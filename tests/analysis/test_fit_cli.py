@@ -74,7 +74,6 @@ def test_predict_prints_extrapolates_interval_its_columns_and_its_calibration(st
     header, *rows = out.split("\n\n")[0].splitlines()
     assert header.split() == [
         "curve",
-        "metric",
         "x",
         "error",
         "lower",
@@ -91,10 +90,11 @@ def test_predict_prints_extrapolates_interval_its_columns_and_its_calibration(st
     pred, lower, upper = extrapolate(
         curve["examples_seen"], 1 - curve[METRIC] / 100, [1e6], level=0.8
     )
-    assert rows[0].split()[4:7] == [f"{v:.4f}".rstrip("0") for v in (pred[0], lower[0], upper[0])]
+    assert rows[0].split()[3:6] == [f"{v:.4f}".rstrip("0") for v in (pred[0], lower[0], upper[0])]
     # Every column explained, one line each; the interval's calibration said beside it.
     legend = _legend(out.split("\n\n")[1])
     assert [line.split(":")[0] for line in legend] == [
+        "metric",
         "x",
         "error",
         "lower, upper",
@@ -102,6 +102,7 @@ def test_predict_prints_extrapolates_interval_its_columns_and_its_calibration(st
         "reach",
         "calibration",
     ]
+    assert legend[0] == f"metric: {METRIC}, every row"  # one metric: said once, not per row
     assert "a nominal 80% interval covered 62%" in legend[-1]
     # On a frontier, in exaFLOPs, as JSON.
     code, out, _ = _fit([str(study), "--by", "none", "--predict", "1e-3", "--json"], capsys)

@@ -608,7 +608,7 @@ def run_predict(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
     elif rows:
         print(holdout.prediction_table(rows).to_string(index=False), end="\n\n")
-        print("\n".join(holdout.prediction_legend(level=args.level, x=_x_units(args))))
+        print("\n".join(holdout.prediction_legend(rows, level=args.level, x=_x_units(args))))
         print(holdout.calibration_note(args.level))
     for line in _failure_lines(failures, "predict"):
         print(line, file=sys.stderr)
