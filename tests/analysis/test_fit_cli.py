@@ -146,6 +146,23 @@ def test_a_frontier_too_short_points_at_curves_that_can_be_fitted(tmp_path, caps
     assert code == 2 and err.rstrip().endswith("; a learning curve per cell: add --curves")
 
 
+def test_a_frontier_of_a_metric_without_curves_says_only_what_the_frontier_needs(tmp_path, capsys):
+    """A fine-tune's top-1 is measured once per cell: no learning curve to point at."""
+    for seed in (0, 1):
+        config, rows, result = fixtures.cell(
+            model="ViT-Pico/4", subset=10_000, steps=600, seed=seed, finetune={"pets": 0.5}
+        )
+        fixtures.write_cell(
+            tmp_path / config["cell_id"], config=config, metrics=rows, result=result
+        )
+    code, _, err = _fit([str(tmp_path), "--metric", "finetune/pets/top1"], capsys)
+    assert code == 2 and len(_said(err)) == 1
+    assert err.rstrip().endswith(
+        "a frontier needs >= 4 compute points: add durations "
+        "(train.steps) or model sizes to the grid"
+    )
+
+
 def test_bare_holdout_backtests_the_last_30_percent_and_explains_reach(study, capsys):
     code, out, _ = _fit([str(study), "--curves", "--metric", METRIC, "--holdout", "--json"], capsys)
     got = json.loads(out)
