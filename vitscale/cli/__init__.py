@@ -62,8 +62,9 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Handle
         figures.run_figures,
     ),
     "fit": (
-        "fit the saturating power law error = a (C + d)^-b + c to the frontier; --holdout: "
-        "backtest an extrapolation (RMSE of log error, interval coverage)",
+        "fit the saturating power law error = a (C + d)^-b + c to the frontier; --predict X: "
+        "the error extrapolated to X, with an interval; --holdout: backtest an extrapolation "
+        "(RMSE of log error, interval coverage)",
         figures.configure_fit,
         figures.run_fit,
     ),

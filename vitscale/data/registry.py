@@ -196,6 +196,18 @@ def finetune_recipe(name: str) -> tuple[int, tuple[float, ...]]:
     return info.finetune_steps, info.finetune_lrs
 
 
+def finetune_sweep(
+    name: str, *, steps: int | None = None, lrs: list[float] | None = None
+) -> tuple[int, list[float], int]:
+    """``(steps, learning rates, fine-tunes)`` of fine-tuning on ``name``: the config's
+    steps and learning rates, else the paper's (:func:`finetune_recipe`); one fine-tune per
+    learning rate on the held-out slice, then the best one again on all of train (one
+    learning rate: that one alone). The trainer runs it; the grid's budget counts it."""
+    paper_steps, paper_lrs = finetune_recipe(name)
+    lrs = list(lrs or paper_lrs)
+    return steps or paper_steps, lrs, len(lrs) + 1 if len(lrs) > 1 else 1
+
+
 def default_root(source: str) -> Path:
     """Where a torchvision set or ImageNet lives when the config gives no ``root``:
     ``$VITSCALE_DATA`` (or ``./data``), plus ``imagenet/`` for ImageNet."""

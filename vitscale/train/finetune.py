@@ -17,7 +17,7 @@ import torch
 
 from ..config import Config
 from ..data import build_dataset, build_loader, finetune_splits, rank0_downloads_first
-from ..data.registry import finetune_recipe
+from ..data.registry import finetune_sweep
 from ..evals.features import evaluation_sample, run_model
 from ..models import create_model
 from .optim import build_schedule
@@ -205,8 +205,7 @@ def finetune_and_score(
 ) -> float:
     """Choose the learning rate on the held-out slice, retrain on all of train, score test."""
     ft = cfg.eval.finetune
-    paper_steps, paper_lrs = finetune_recipe(dataset)
-    lrs = ft.lrs or list(paper_lrs)
+    steps, lrs, _ = finetune_sweep(dataset, steps=ft.steps, lrs=ft.lrs)
     d = cfg.data
     kw = dict(
         root=d.root, image_size=image_size, download=d.download, seed=cfg.seed, holdout=d.holdout
@@ -217,7 +216,7 @@ def finetune_and_score(
         cfg=cfg,
         accelerator=accelerator,
         image_size=image_size,
-        steps=ft.steps or paper_steps,
+        steps=steps,
         num_workers=num_workers,
         progress=progress,
     )
