@@ -421,12 +421,12 @@ def _pretraining_set(planned: Plan, accelerator) -> tuple[Any, Plan]:
 
 def _device_decoder(cfg: Config, train_set, device: torch.device):
     """A sharded set decoded on the training device (``data.decode``): its stream then
-    yields encoded bytes, and this decodes them; None where the workers decode."""
+    yields encoded bytes, and this decodes them (replacing bad images through a stream of
+    its own); None where the workers decode."""
     from ..data.shards.dataset import ShardSet
     from ..data.shards.device import DeviceDecoder, decode_on_device
 
-    on_device = decode_on_device(cfg.data.decode, device)
-    if not (on_device and isinstance(train_set, ShardSet)):
+    if not (isinstance(train_set, ShardSet) and decode_on_device(cfg.data.decode, device)):
         return None
     train_set.on_device = True
     return DeviceDecoder(
@@ -434,6 +434,7 @@ def _device_decoder(cfg: Config, train_set, device: torch.device):
         augment=train_set.augment,
         crop=train_set.crop,
         device=device,
+        stream=train_set.stream(seed=cfg.seed),
     )
 
 
