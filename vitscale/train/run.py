@@ -423,10 +423,12 @@ def _device_decoder(cfg: Config, train_set, device: torch.device):
     """A sharded set decoded on the training device (``data.decode``): its stream then
     yields encoded bytes, and this decodes them (replacing bad images through a stream of
     its own); None where the workers decode."""
+    from ..data.shards import decode_on_device
     from ..data.shards.dataset import ShardSet
-    from ..data.shards.device import DeviceDecoder, decode_on_device
+    from ..data.shards.device import DeviceDecoder
 
-    if not (isinstance(train_set, ShardSet) and decode_on_device(cfg.data.decode, device)):
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    if not (isinstance(train_set, ShardSet) and decode_on_device(cfg.data.decode, gpu=gpu)):
         return None
     train_set.on_device = True
     return DeviceDecoder(

@@ -1,3 +1,21 @@
 """Sharded sets: :mod:`.index` (torch-free), :mod:`.read`, :mod:`.order` (the stream's windows),
 :mod:`.dataset` (the torch dataset and its stream), :mod:`.device` (decoding on the training
-device) and :mod:`.write` (``vitscale data shard``)."""
+device) and :mod:`.write` (``vitscale data shard``); here, torch-free for the grid's dry
+run, where a set is decoded (:func:`decode_on_device`)."""
+
+from __future__ import annotations
+
+# GPUs (a part of the name torch gives them) on which decoding on the device was measured
+# feeding training faster than the loader's workers (benchmarks/gpu_feed.sh): ``data.decode:
+# auto`` decodes on the device there and on the workers everywhere else. None yet: on the
+# one GPU measured, an H100 80GB with 16 cores (benchmarks/RESULTS.md, 2026-11-24), the
+# device decoded and cropped 1,379 img/s, the workers read and decoded 2,659.
+DEVICE_DECODE_FASTER: tuple[str, ...] = ()
+
+
+def decode_on_device(setting: str, *, gpu: str | None) -> bool:
+    """``data.decode`` (``"device"``, ``"workers"`` or ``"auto"``, checked by the config
+    schema) on a GPU named ``gpu`` (None: a CPU, where both are the same cores)."""
+    if setting == "auto":
+        return gpu is not None and any(name in gpu for name in DEVICE_DECODE_FASTER)
+    return setting == "device"

@@ -283,10 +283,3 @@ class DeviceDecoder:
         for t in (out.images, out.targets):
             t.record_stream(main)
         return out
-
-
-def decode_on_device(setting: str, device: torch.device) -> bool:
-    """``data.decode``: ``"device"``, ``"workers"``, or ``"auto"``: on the device where it
-    is a GPU (nvJPEG), on the workers elsewhere (on a CPU both are the same cores). The
-    config schema has checked the value."""
-    return setting == "device" or (setting == "auto" and torch.device(device).type == "cuda")
