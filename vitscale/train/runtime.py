@@ -6,9 +6,10 @@ Accelerate does all device and distribution work. Facts found on CPU: under ``to
 is visible; :func:`shutdown` destroys the process group, the last thing a launched process
 does, and nothing may keep the group alive past it (the import below).
 
-Precision ``auto`` is bf16 where the hardware runs it fast (CUDA GPUs with bf16 support;
-CPUs with AVX512-BF16 or AMX units, measured 1.2-1.8x faster than fp32 for the demo
-models), fp32 elsewhere. What stays fp32 on a GPU (matmuls outside autocast, fp32 runs)
+Precision ``auto`` is bf16 where the hardware runs it natively (GPUs of compute capability
+8.0 on: A100, H100, L40S, A10; CPUs with AVX512-BF16 or AMX units, measured 1.2-1.8x
+faster than fp32 for the demo models), fp32 elsewhere: a V100 or T4 runs bf16 only
+emulated, which ``torch.cuda.is_bf16_supported()`` counts unless told not to. What stays fp32 on a GPU (matmuls outside autocast, fp32 runs)
 may use TF32 tensor cores.
 """
 
@@ -71,7 +72,7 @@ def resolve_precision(precision: str) -> str:
     if precision != "auto":
         return precision
     if torch.cuda.is_available():
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+        return "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp32"
     return "bf16" if cpu_has_fast_bf16() else "fp32"
 
 
