@@ -263,7 +263,11 @@ def test_failed_cells_are_retried_up_to_the_configured_count(tmp_path):
     prepare(again)  # the failure is kept beside, under its attempt number
     assert rf.read_json(first.run_dir / "result.failed-1.json")["failed_step"] == 3
     rf.write_json_atomic(first.run_dir / rf.RESULT, failed)
-    assert plan(g, runs)[0].action == "skip-failed"
+    last = plan(g, runs)[0]  # not submitted again blindly: the grid says why
+    assert (last.action, last.note) == (
+        "skip-failed",
+        "failed 2 times, last: non-finite loss at step 3",
+    )
 
 
 def test_a_held_cell_is_neither_planned_nor_run_twice(tmp_path, capsys):

@@ -3,7 +3,7 @@
 - done: skipped, never run again;
 - running (a process holds its lock) or queued (its SLURM job is still pending): skipped;
 - failed: rerun while it has retries left (the failed result.json is kept beside as
-  ``result.failed-<n>.json``), else skipped and reported;
+  ``result.failed-<n>.json``), else skipped and reported with its last error;
 - otherwise (never started, or interrupted with a checkpoint): submitted; an interrupted
   cell resumes from its checkpoint.
 """
@@ -46,10 +46,10 @@ def plan(grid: Grid, runs_root: Path, *, is_queued=lambda run_dir: False) -> lis
     for cell in grid.cells:
         run_dir = runs_root / grid.name / cell.id
         result = run_dir / rf.RESULT
-        status = None
+        status = error = None
         if result.is_file():
             try:
-                status = rf.read_json(result).get("status")
+                status, error = (rf.read_json(result).get(k) for k in ("status", "error"))
             except (OSError, ValueError):
                 status = None
         if status == rf.STATUS_DONE:
@@ -63,7 +63,8 @@ def plan(grid: Grid, runs_root: Path, *, is_queued=lambda run_dir: False) -> lis
             if attempts <= grid.retries:
                 out.append(Planned(cell, run_dir, "submit", f"retry {attempts}/{grid.retries}"))
             else:
-                out.append(Planned(cell, run_dir, "skip-failed", f"failed {attempts} times"))
+                note = f"failed {attempts} times, last: {error}"
+                out.append(Planned(cell, run_dir, "skip-failed", note))
         else:
             out.append(Planned(cell, run_dir, "submit"))
     return out

@@ -137,12 +137,13 @@ class Run:
         """Restore the newest checkpoint that reads back whole (a corrupted latest falls
         back to the one before); none readable: the cell fails, saying which. Rank 0
         chooses (verifying once) and every process loads its choice: processes that chose
-        alone could resume at different steps after one of them failed a read, then hang."""
+        alone could resume at different steps after one of them failed a read, then hang.
+        Any failure to load or restore it is the cell's, recorded in result.json: an
+        unrecorded one would be submitted again by every ``vitscale grid``."""
         latest, skipped, error = from_rank0(self.accelerator, self._choose_checkpoint())
-        state = rng = None
         if error is None and latest is not None:
             try:
-                state, rng = checkpoint.load(latest, rank=self.rank)
+                self._restore(*checkpoint.load(latest, rank=self.rank))
             except Exception as e:  # noqa: BLE001 - every process fails with it, below
                 rank = f"rank {self.rank}: " if self.world > 1 else ""
                 error = f"{rank}{latest}: {type(e).__name__}: {e}"
@@ -157,7 +158,6 @@ class Run:
         for problem in skipped:
             self.accelerator.print(f"skipped a checkpoint that cannot be resumed from: {problem}")
         if latest is not None:
-            self._restore(state, rng)
             every = (
                 f": rank 0's choice, loaded by all {self.world} processes" if self.world > 1 else ""
             )
