@@ -459,6 +459,43 @@ def test_no_host_sync_between_log_steps(tmp_path, monkeypatch):
     assert reads[0] > per_step[-1]  # the log step does
 
 
+def test_throughput_and_mfu_leave_out_evaluations_and_checkpoints(tmp_path, monkeypatch):
+    """Issue 32, item 7: a row's images/s and MFU counted the time since the previous row,
+    whose evaluation and checkpoint came after it was logged: a tiny CPU run logged 268 ->
+    109 -> 289 img/s around an evaluation, and a GPU's MFU dipped after each one. Here each
+    sync step evaluates and checkpoints for 3 s more; the time the rows' rates divide by
+    adds up to the steps' own (``time_s``: data, step, log), not to that plus 6 s."""
+    import time
+
+    from vitscale.train import pretrain
+    from vitscale.train.run import Run
+
+    real_save = Run.save_checkpoint
+
+    def slow_save(self):
+        time.sleep(1.5)
+        real_save(self)
+
+    monkeypatch.setattr(Run, "evaluate", lambda self: time.sleep(1.5) or {})
+    monkeypatch.setattr(Run, "save_checkpoint", slow_save)
+    monkeypatch.setattr(pretrain, "peak_flops", lambda device: 1e12)  # MFU is logged
+    config = tiny_config(
+        train={"steps": 6, "log_every": 2, "eval_every": 2, "checkpoint_every": 2},
+        eval={"fewshot": {"datasets": []}, "upstream": {"examples": 0}},
+    )
+    result = train(config, tmp_path)
+    assert result.status == rf.STATUS_DONE
+    rows = [r for r in rf.iter_metrics(tmp_path / rf.METRICS) if rf.THROUGHPUT in r]
+    assert [r[rf.STEP] for r in rows] == [2, 4, 6]
+    divided_by = sum(2 * 16 / r[rf.THROUGHPUT] for r in rows)  # seconds, rows 0-2, 2-4, 4-6
+    t = result.time_s
+    assert divided_by < t["data"] + t["step"] + t["log"] + 1.0, (divided_by, t)
+    assert t["eval"] >= 3 * 1.5 and t["checkpoint"] >= 3 * 1.5  # in their own buckets
+    for row in rows:  # MFU from the same rate
+        ratio = row[rf.THROUGHPUT] / rows[0][rf.THROUGHPUT]
+        assert row[rf.MFU] == pytest.approx(rows[0][rf.MFU] * ratio)
+
+
 def test_compiled_channels_last_training_computes_the_same(tmp_path):
     """``train.compile`` and ``train.channels_last`` change speed, not results: a cell
     trained compiled (``aot_eager``: traced, no code generation) on NHWC tensors matches
