@@ -354,3 +354,35 @@ def test_a_worker_that_has_answered_ignores_stop_signals():
     )
     assert served.returncode == 0, served.stderr
     assert served.stderr.strip() == "exiting"
+
+
+def test_the_preemption_window_holds_the_largest_cells_checkpoint(tmp_path, capsys, monkeypatch):
+    """Issue 32, item 8: h100x8 signalled 300 s before the limit "to save a ViT-H
+    checkpoint", which at the write speed the trainer assumes (16 bytes a parameter at
+    20 MB/s) takes 506 s; CellJob requeued after 285 s, killing the write, so every slice
+    of a ViT-H cell fell back to its last periodic checkpoint. The window is checked
+    against the grid's largest cell: the dry run warns, a submission refuses."""
+    from vitscale.grid import slurm
+
+    fig5 = str(EXPERIMENTS / "fig5_compute.yaml")
+    assert main(["grid", fig5, "--dry-run", "--profile", "h100x8"]) == 0
+    assert "signal_delay_s" not in capsys.readouterr().err  # the shipped profile has room
+    short = tmp_path / "short.yaml"
+    short.write_text(
+        "gpus_per_node: 8\nmax_nodes: 8\ntime_limit: '48:00:00'\nsignal_delay_s: 300\n"
+    )
+    assert main(["grid", fig5, "--dry-run", "--profile", str(short)]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "signal_delay" in line]
+    assert len(warnings) == 1, "the dry run says nothing of the short window"
+    warning = warnings[0]
+    assert warning.startswith("warning: profile 'short': signal_delay_s=300 is less than the 521 s")
+    assert "(ViT-H/14) needs to checkpoint and requeue (10.1 GB at 20 MB/s, then 15 s)" in warning
+    assert warning.endswith("set signal_delay_s: 540 or more")
+    monkeypatch.setattr(slurm, "submit", lambda *a, **k: pytest.fail("submitted"))
+    tiny = short.with_name("tiny.yaml")
+    tiny.write_text("gpus_per_node: 0\ntime_limit: '04:00:00'\nsignal_delay_s: 10\n")
+    runs = ["--runs", str(tmp_path / "runs")]
+    err = _errors(
+        _write(tmp_path, _tiny_grid()), capsys, "--executor", "slurm", "--profile", str(tiny), *runs
+    )
+    assert "profile 'tiny': signal_delay_s=10 is less than the 15 s cell" in err

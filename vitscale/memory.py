@@ -46,6 +46,11 @@ GN_GROUPS = 32
 USABLE_FRACTION = 0.90
 CONTEXT_BYTES = 1 * GiB
 WORKSPACE_BYTES = 256 * 2**20  # cuBLAS / cuDNN workspaces
+# A checkpoint's size and the speed it is assumed written at (a slow shared file system
+# under load): what the process group's timeout (vitscale.train.runtime) and the preemption
+# window a cluster profile gives (vitscale.grid.profile) must hold.
+CHECKPOINT_BYTES_PER_PARAM = 16  # weights and AdamW's two moments, fp32, with room
+CHECKPOINT_WRITE_BYTES_PER_S = 20e6
 
 
 @dataclass(frozen=True)
@@ -441,6 +446,11 @@ def estimate(
         transient=2 * micro_batch * s.largest + WORKSPACE_BYTES,
         temporaries=4 * params,
     )
+
+
+def checkpoint_write_s(params: int) -> float:
+    """Seconds to write a checkpoint of a model of ``params`` parameters, assumed."""
+    return CHECKPOINT_BYTES_PER_PARAM * params / CHECKPOINT_WRITE_BYTES_PER_S
 
 
 def usable_bytes(memory_bytes: float) -> int:

@@ -18,8 +18,9 @@ Time limits and preemption
     SLURM sends SIGUSR1 ``signal_delay_s`` seconds before the time limit (``--signal=USR1@N``
     reaches the processes ``srun`` started: submitit's and the trainer's). The trainer
     checkpoints at the next step boundary and exits with ``EXIT_PREEMPTED``; submitit's
-    handler calls :meth:`CellJob.checkpoint`, which waits for that checkpoint, then submitit
-    requeues the job and the requeued task starts the cell again, which resumes from its
+    handler calls :meth:`CellJob.checkpoint`, which waits for that checkpoint (up to
+    ``signal_delay_s`` less :data:`~vitscale.grid.profile.REQUEUE_S`, which the grid checks
+    holds its largest cell's checkpoint write), then submitit requeues the job and the requeued task starts the cell again, which resumes from its
     checkpoint. SIGUSR1 rather than submitit's default SIGUSR2: where SLURM tracks jobs by
     cgroup every process of the step gets the signal, and SIGUSR2 would kill the trainer
     (which only handles SIGUSR1 and SIGTERM). A preemption by SLURM itself (SIGTERM, then
@@ -52,7 +53,7 @@ from ..record import LOG
 from .cellrun import EXIT_OK, EXIT_PREEMPTED, is_done
 from .local import cell_command
 from .plan import JOB_FILE, Planned, plan, prepare, summary
-from .profile import Profile, Shape, SlurmError, shape_for
+from .profile import REQUEUE_S, Profile, Shape, SlurmError, shape_for
 from .spec import Grid
 
 # SLURM job states in which a job may still run the cell (squeue/sacct spellings).
@@ -328,9 +329,7 @@ def submit_cells(
 
     executor = _make_executor(folder / "%j")
     executor.update_parameters(**executor_parameters(shape, profile, job_name=job_name))
-    stop_timeout_s = max(
-        5.0, profile.signal_delay_s - 15.0
-    )  # leave time to requeue before the kill
+    stop_timeout_s = max(5.0, profile.signal_delay_s - REQUEUE_S)  # then requeue, before the kill
     jobs = []
     try:
         with executor.batch():

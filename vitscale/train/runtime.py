@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from ..memory import checkpoint_write_s
+
 # Before any process group exists: torch.distributed.nn's functions take
 # ``group=group.WORLD`` as a default argument, evaluated when the module is first imported
 # (by torch._dynamo, which DDP imports, or by FSDP). Imported after the group is made, it
@@ -50,10 +52,8 @@ PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
     (r"A10\b", 125e12),
 )
 
-# Checkpoint write speed assumed when sizing the process group's timeout: a slow shared
-# file system under load. The timeout never goes below 30 min (gloo's default; NCCL's is
-# 10 min, which a ViT-H checkpoint at this speed, 10 GB, would exceed).
-CHECKPOINT_WRITE_BYTES_PER_S = 20e6
+# The process group's timeout never goes below 30 min (gloo's default; NCCL's is 10 min,
+# which a ViT-H checkpoint, 10 GB at vitscale.memory's assumed write speed, would exceed).
 MIN_TIMEOUT_S = 1800.0
 
 
@@ -77,11 +77,10 @@ def resolve_precision(precision: str) -> str:
 
 
 def process_group_timeout(params: int) -> dt.timedelta:
-    """Long enough for rank 0 to write a checkpoint (16 bytes per parameter under AdamW)
-    while the other ranks wait at a barrier: twice the time it takes at
-    :data:`CHECKPOINT_WRITE_BYTES_PER_S`, the longest collective wait of a run."""
-    write_s = 16 * params / CHECKPOINT_WRITE_BYTES_PER_S
-    return dt.timedelta(seconds=max(MIN_TIMEOUT_S, 2 * write_s))
+    """Long enough for rank 0 to write a checkpoint while the other ranks wait at a
+    barrier: twice the time :func:`vitscale.memory.checkpoint_write_s` assumes, the longest
+    collective wait of a run."""
+    return dt.timedelta(seconds=max(MIN_TIMEOUT_S, 2 * checkpoint_write_s(params)))
 
 
 def use_cpu() -> bool:
