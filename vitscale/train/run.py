@@ -424,11 +424,10 @@ def _device_decoder(cfg: Config, train_set, device: torch.device):
     yields encoded bytes, and this decodes them (replacing bad images through a stream of
     its own); None where the workers decode."""
     from ..data.shards import decode_on_device
-    from ..data.shards.dataset import ShardSet
     from ..data.shards.device import DeviceDecoder
 
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    if not (isinstance(train_set, ShardSet) and decode_on_device(cfg.data.decode, gpu=gpu)):
+    if not decode_on_device(cfg.data, gpu=gpu):
         return None
     train_set.on_device = True
     return DeviceDecoder(

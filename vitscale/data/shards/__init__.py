@@ -13,9 +13,15 @@ from __future__ import annotations
 DEVICE_DECODE_FASTER: tuple[str, ...] = ()
 
 
-def decode_on_device(setting: str, *, gpu: str | None) -> bool:
-    """``data.decode`` (``"device"``, ``"workers"`` or ``"auto"``, checked by the config
-    schema) on a GPU named ``gpu`` (None: a CPU, where both are the same cores)."""
-    if setting == "auto":
+def decode_on_device(data, *, gpu: str | None) -> bool:
+    """Whether the pre-training set of ``data`` (a config's ``data`` section) is decoded on
+    its device: a sharded set's, under ``data.decode: device``, or ``auto`` on a GPU named
+    ``gpu`` that :data:`DEVICE_DECODE_FASTER` lists (``gpu`` None: a CPU, where both are
+    the same cores)."""
+    from ..registry import parse_name
+
+    if parse_name(data.dataset)[0] != "shards":
+        return False
+    if data.decode == "auto":
         return gpu is not None and any(name in gpu for name in DEVICE_DECODE_FASTER)
-    return setting == "device"
+    return data.decode == "device"
