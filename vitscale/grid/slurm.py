@@ -88,6 +88,12 @@ SLURM_FOLDER = ".slurm"  # submitit's scripts and logs, beside the grid's run fo
 # How long one `squeue` snapshot answers job_state: one query for a whole `status` table or
 # submission plan instead of one per cell.
 SQUEUE_TTL_S = 5.0
+# How long a task of rank > 0 whose trainer failed waits for rank 0 to record the cell before
+# it fails too: ``--kill-on-bad-exit`` then ends every task, rank 0's with it. Rank 0 learns of
+# the failure at its next collective, waits up to vitscale.train.run.PEER_FAILURE_WAIT_S
+# for the failed process's note, then writes result.json. Bounded: a rank 0 hung in a
+# collective is what --kill-on-bad-exit is there to end.
+RANK0_RECORD_WAIT_S = 60.0
 
 
 # --------------------------------------------------------------------------- shapes
@@ -100,7 +106,8 @@ def srun_args(shape: Shape) -> list[str]:
     ``cuda:LOCAL_RANK`` (what the trainer's Accelerate does); ``--gpu-bind=none`` keeps a
     cluster default from hiding the others (NCCL's peer-to-peer paths need them visible).
     ``--kill-on-bad-exit=1``: a task that fails ends the others at once, instead of leaving
-    them waiting in a collective for a peer that is gone."""
+    them waiting in a collective for a peer that is gone (a task other than rank 0's first
+    gives rank 0 time to record the cell: :meth:`CellJob._await_record`)."""
     args = [f"--cpus-per-task={shape.cpus_per_task}", "--kill-on-bad-exit=1"]
     if shape.gpus_per_node:
         args.append("--gpu-bind=none")
@@ -244,7 +251,19 @@ class CellJob:
                 flush=True,
             )
             return code
+        if rank > 0:
+            self._await_record()
         raise CellFailed(f"cell {run_dir.name} exited with {code}; see {log}")
+
+    def _await_record(self) -> None:
+        """Wait (at most :data:`RANK0_RECORD_WAIT_S`) for rank 0 to write result.json:
+        failing this task first would have ``srun --kill-on-bad-exit`` end rank 0 before it
+        records the cell, which every later ``vitscale grid`` would then submit again as if
+        interrupted. (A failed cell's earlier result.json is set aside before it runs again.)"""
+        result = Path(self.run_dir) / rf.RESULT
+        deadline = time.monotonic() + RANK0_RECORD_WAIT_S
+        while not result.is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
 
     def _reap(self) -> None:
         assert self._child is not None
