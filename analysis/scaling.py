@@ -326,7 +326,7 @@ def fit_groups(
     frame: pd.DataFrame,
     *,
     metric: str | None = None,
-    shots: int = 5,
+    shots: int | None = None,
     x: str = "exaflops",
     by: str | None = "family",
     bootstrap: int = 1000,

@@ -34,7 +34,20 @@ def _add_runs(p: argparse.ArgumentParser) -> None:
         help="run folders, grid folders (runs/<grid>) or a runs/ directory, any mix",
     )
     p.add_argument(
-        "--shots", type=int, default=5, help="k of the k-shot accuracy to plot (default 5)"
+        "--shots",
+        type=int,
+        default=None,
+        help="k of the k-shot accuracy (default: 5 where the grid measures it, else its "
+        "first shot count, eval.fewshot.shots[0])",
+    )
+    p.add_argument(
+        "--settings",
+        choices=("show", "best"),
+        default="show",
+        help="cells of one model, subset and duration that differ in more than their seed "
+        "(e.g. two optim.lr values): 'show' keeps each setting apart, its values after the "
+        "model's name (default); 'best' keeps the best setting of each by the seed mean of "
+        "the compared metric, as the paper chose its hyper-parameters. Never averaged",
     )
 
 
@@ -123,10 +136,13 @@ def configure_figures(p: argparse.ArgumentParser) -> None:
 
 def _load(paths: list[str], *, progress: bool = True):
     """The cells under ``paths``; unreadable folders are listed on stderr and skipped."""
+    from analysis.settings import label_settings
+
     from ..record.cells import load_runs
 
     with user_errors(FileNotFoundError):
         cells, problems = load_runs(paths, progress=progress)
+    cells, _ = label_settings(cells)
     if problems:
         print(f"skipped {len(problems)} unreadable run folder(s):", file=sys.stderr)
         for p in problems[:20]:
@@ -147,8 +163,11 @@ def _load_wandb(path: str, group: str | None, *, curves: bool):
     from ..record.wandb_runs import load_wandb, load_wandb_history
 
     api = open_project(entity, project, group=group)
+    from analysis.settings import label_settings
+
     with translated_errors():
         cells, problems = load_wandb(project=project, entity=entity, group=group, api=api)
+    cells, _ = label_settings(cells)
     for p in problems:
         print(f"skipped: {p}", file=sys.stderr)
 
@@ -175,6 +194,7 @@ def _options(args: argparse.Namespace):
         bootstrap=args.bootstrap,
         curves=args.curves,
         formats=tuple(args.formats),
+        settings=args.settings,
     )
 
 
@@ -188,7 +208,7 @@ def _check_figures(args: argparse.Namespace) -> None:
         raise UserError("give RUNS_DIR... or --wandb ENTITY/PROJECT, not both")
     if args.group and not args.wandb:
         raise UserError("--group selects a grid's W&B runs: use it with --wandb ENTITY/PROJECT")
-    if args.shots < 1:
+    if args.shots is not None and args.shots < 1:
         raise UserError(f"--shots must be a positive integer, got {args.shots}")
     if args.bootstrap < 0:
         raise UserError(f"--bootstrap must be >= 0, got {args.bootstrap}")
@@ -196,6 +216,7 @@ def _check_figures(args: argparse.Namespace) -> None:
 
 def run_figures(args: argparse.Namespace) -> int:
     """Handler of ``vitscale figures``: prints the files written, one per line."""
+    from analysis import metrics as M
     from analysis.draw import draw_figures, paper_figures, reference_figures
 
     _check_figures(args)
@@ -203,7 +224,9 @@ def run_figures(args: argparse.Namespace) -> int:
     if args.paper:
         written += paper_figures(args.out, args.formats, fit=args.fit, bootstrap=args.bootstrap)
     if args.reference:
-        written += reference_figures(args.reference, args.out, args.formats, shots=args.shots)
+        written += reference_figures(
+            args.reference, args.out, args.formats, shots=args.shots or M.FALLBACK_SHOTS
+        )
     if args.runs:
         cells = _load(args.runs)
         if cells.empty:
@@ -387,7 +410,7 @@ def _holdout_splits(args: argparse.Namespace, fraction: float | None) -> list:
         from vitscale.record.cells import load_history
 
         history, _ = load_history(frame)
-        found = M.fewshot_metrics(history, shots=args.shots)
+        found = M.fewshot_metrics(history, shots=args.shots or M.default_shots(frame))
         metrics = [args.metric] if args.metric else found
         if not metrics or metrics[0] not in history.columns:
             raise UserError(
@@ -449,7 +472,8 @@ def configure_summary(p: argparse.ArgumentParser) -> None:
         "--metric",
         metavar="COLUMN",
         help="accuracy column to compare, or 'average(a, b, ...)' of several (default: the "
-        "mean over transfer tasks of the best --shots-shot accuracy)",
+        "grid's first few-shot set at 5 shots, else its first shot count; with --shots K, the mean over "
+        "transfer tasks of the best K-shot accuracy)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -465,7 +489,7 @@ def run_summary(args: argparse.Namespace) -> int:
         raise UserError("vitscale summary: give RUNS_DIR...")
     cells = _load(args.runs, progress=False)
     with user_errors(ValueError):
-        s = summary.summarise(cells, metric=args.metric, shots=args.shots)
+        s = summary.summarise(cells, metric=args.metric, shots=args.shots, settings=args.settings)
     if args.json:
         print(json.dumps(s.to_dict(), indent=2))
         return 0

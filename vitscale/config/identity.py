@@ -12,6 +12,7 @@ import hashlib
 import json
 
 from .load import get_key, pop_key
+from .recipes import choose
 from .schema import Config
 
 # Keys that change how a run is operated, not what it computes: left out of the cell id
@@ -62,6 +63,9 @@ def cell_id(config: Config | dict, *, length: int = 10) -> str:
     left out.
     """
     d = config.to_dict() if isinstance(config, Config) else copy.deepcopy(config)
+    dataset = get_key(d, "data.dataset")
+    if isinstance(dataset, str) and d.get("recipe") == choose(dataset):
+        d["recipe"] = None  # the dataset's own recipe, named or not: hashed as before it was named
     for key in (*OPERATIONAL_KEYS, *DERIVED_KEYS):
         pop_key(d, key)
     for key in HASHED_WHEN_SET:  # null or missing alike: left out

@@ -12,7 +12,7 @@ from ..flops import count
 from .calibration import ASSUMED, BASES, FAMILY, MEASURED
 from .cost import cell_cost
 from .placement import Placement, apply_placements, place_grid
-from .plan import plan, summary
+from .plan import plan, retry_hint, summary
 from .profile import Profile, load_profile
 from .spec import Grid, GridError, load_grid
 from .status import collect, format_table
@@ -23,10 +23,18 @@ def _patch(name: str) -> str:
     return "-" if patch is None else f"/{patch}" if family == "Hybrid" else str(patch)
 
 
-def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_json: bool) -> int:
+def print_dry_run(
+    grid: Grid,
+    runs_root: Path,
+    profile: Profile | None,
+    *,
+    as_json: bool,
+    retry_failed: bool = False,
+) -> int:
     """The cells, their cost and totals; with a profile also the peak memory per GPU and
     the micro-batches (refusing, after the table, cells that fit at none)."""
-    actions = {p.cell.id: p.action for p in plan(grid, runs_root)}
+    planned = plan(grid, runs_root, retry_failed=retry_failed)
+    actions = {p.cell.id: p.action for p in planned}
     est = profile or Profile(name="default")
     costs = [cell_cost(c, est) for c in grid.cells]
     fits = {f.cell.id: f for f in place_grid(grid, profile)} if profile else {}
@@ -112,6 +120,8 @@ def print_dry_run(grid: Grid, runs_root: Path, profile: Profile | None, *, as_js
         f"({total['gpu_hours_to_run']:,.1f} GPU-hours), {total['done']} done"
     )
     print(f"GPU-hours: {_basis_line(total['gpu_hours_basis'], est)}")
+    if hint := retry_hint(planned, grid_path=grid.path, runs=runs_root / grid.name):
+        print(hint)
     if fits:
         print(
             "GiB/GPU: estimated peak memory of a training or fine-tuning step per GPU "
@@ -206,6 +216,7 @@ def grid(
     overrides: list[str] = (),
     wait: bool = False,
     stop_timeout: float | None = None,
+    retry_failed: bool = False,
 ) -> int:
     for flag, value in (("--workers", workers), ("--processes", processes)):
         if value < 1:
@@ -221,14 +232,15 @@ def grid(
     g = load_grid(
         path, overrides=overrides, num_processes=launch, profile=profile, running=not dry_run
     )
-    for note in dict.fromkeys(note for cell in g.cells for note in cell.plan.notes):
+    notes = (n for c in g.cells for n in (*c.plan.notes, c.plan.recipe_note) if n)
+    for note in dict.fromkeys(notes):
         print(f"note: {note}", file=sys.stderr)  # once, not once per cell
     if profile is not None and (problem := _preemption_problem(g, profile)):
         if executor == "slurm" and not dry_run:
             raise GridError([problem])
         print(f"warning: {problem}", file=sys.stderr)
     if dry_run:
-        return print_dry_run(g, runs_root, profile, as_json=as_json)
+        return print_dry_run(g, runs_root, profile, as_json=as_json, retry_failed=retry_failed)
     if profile is not None:  # micro-batches that fit the profile's GPUs where the grid gives none
         fits = place_grid(g, profile)
         if problems := [p for f in fits for p in f.problems]:
@@ -237,7 +249,7 @@ def grid(
     if executor == "local":
         from .local import DEFAULT_STOP_TIMEOUT, Interrupted, run_local
 
-        planned = plan(g, runs_root)
+        planned = plan(g, runs_root, retry_failed=retry_failed)
         print(summary(planned))
         try:
             codes = run_local(
@@ -253,10 +265,19 @@ def grid(
         print(
             f"{len(codes)} cells run, {len(failed)} failed; `vitscale status {runs_root / g.name}` for details"
         )
-        return 1 if failed else 0
+        if failed:
+            print(
+                f"error: {len(failed)} cell(s) failed: run the same command again to retry them "
+                f"(each has {g.retries} retr{'y' if g.retries == 1 else 'ies'}; then "
+                "--retry-failed), after fixing the cause",
+                file=sys.stderr,
+            )
+        if hint := retry_hint(planned, grid_path=g.path, runs=runs_root / g.name):
+            print(f"error: {hint}", file=sys.stderr)
+        return 1 if failed or hint else 0
     from . import slurm
 
-    code = slurm.submit(g, runs_root=runs_root, profile=profile)
+    code = slurm.submit(g, runs_root=runs_root, profile=profile, retry_failed=retry_failed)
     return slurm.wait(g, runs_root=runs_root) if wait and code == 0 else code
 
 
@@ -271,7 +292,7 @@ def _preemption_problem(g: Grid, profile: Profile) -> str | None:
     )
 
 
-def status(paths: list[Path], *, shots: int, as_json: bool) -> int:
+def status(paths: list[Path], *, shots: int | None, as_json: bool) -> int:
     from .slurm import job_note, job_state
 
     rows, problems = collect(paths, shots=shots, job_state=job_state, job_note=job_note)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import difflib
 import itertools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,7 +166,8 @@ def load_grid(
         _unknown(sizes, RESOURCE_KEYS, f"{path}: resources.{key}", problems)
     grid_points = _points({"axes": raw.get("axes") or {}}, f"{path}: axes", problems)
     plan_cell = _planner(resources, profile, num_processes, overrides, running)
-    cells = _cells(blocks, grid_points, base, name, path, plan_cell, problems)
+    origin = _Origin(path=path, base=base, overrides=overrides)
+    cells = _cells(blocks, grid_points, base, name, origin, plan_cell, problems)
     if problems:
         raise GridError(problems)
     if not cells:
@@ -202,18 +204,57 @@ def _planner(
     )
 
 
+@dataclass(frozen=True)
+class _Origin:
+    """Where a cell's key was written, so that a problem is blamed on it, once: ``--set``
+    (applied last), the block, the grid's top-level ``axes:``, or ``base:``."""
+
+    path: Path
+    base: dict
+    overrides: list[str]
+
+    def where(self, problem: str, *, block: str, block_keys: set[str], axes_keys: set[str]) -> str:
+        m = re.match(r"unknown key '([\w.]+)'|(\w+(?:\.\w+)*)\b", problem)
+        key = (m.group(1) or m.group(2)) if m else ""
+
+        def wrote(keys) -> str | None:  # the key, or a key under the section named
+            return next((k for k in keys if k == key or k.startswith(key + ".")), None)
+
+        if written := wrote(o.partition("=")[0] for o in self.overrides):
+            return f"--set {written}={self._set(written)}: {problem}"
+        if wrote(block_keys):
+            return f"{self.path}: block {block!r}: {problem}"
+        if wrote(axes_keys):
+            return f"{self.path}: axes: {problem}"
+        if wrote(_flat_keys(self.base)):
+            return f"{self.path}: base: {problem}"
+        return f"{self.path}: {problem}"  # a rule between keys of every block
+
+    def _set(self, key: str) -> str:
+        return next(o.partition("=")[2] for o in self.overrides if o.partition("=")[0] == key)
+
+
+def _flat_keys(d: dict, prefix: str = "") -> set[str]:
+    out: set[str] = set()
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        out |= _flat_keys(v, key + ".") if isinstance(v, dict) else {key}
+    return out
+
+
 def _cells(
     blocks: list,
     grid_points: list[dict[str, Any]],
     base: dict,
     name: str,
-    path: Path,
+    origin: _Origin,
     plan_cell: Callable[[dict], Plan],
     problems: list[str],
 ) -> dict[str, Cell]:
-    """Every block's cells, planned, identical ones collapsed; a block's problems are
-    reported once each, not once per cell."""
+    """Every block's cells, planned, identical ones collapsed; each problem is reported
+    once, at the key that caused it (:class:`_Origin`), not once per cell or block."""
     cells: dict[str, Cell] = {}
+    path = origin.path
     for b, block in enumerate(blocks):
         label = block.get("name", f"#{b}") if isinstance(block, dict) else f"#{b}"
         where = f"{path}: block {label!r}"
@@ -222,7 +263,6 @@ def _cells(
             continue
         _unknown(block, BLOCK_KEYS, where, problems)
         fixed = block.get("set") or {}
-        reported: set[str] = set()
         for gp in grid_points:
             for bp in _points(block, where, problems):
                 try:
@@ -231,8 +271,12 @@ def _cells(
                         set_key(config, key, value)
                     cell = Cell(plan_cell(config), label, gp | bp)
                 except ConfigError as e:
-                    problems += [f"{where}: {p}" for p in e.problems if p not in reported]
-                    reported.update(e.problems)
+                    for p in e.problems:
+                        said = origin.where(
+                            p, block=label, block_keys=set(fixed) | set(bp), axes_keys=set(gp)
+                        )
+                        if said not in problems:
+                            problems.append(said)
                     continue
                 cells.setdefault(cell.id, cell)
     return cells
