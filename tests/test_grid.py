@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from vitscale import record as rf
 from vitscale.cli import main
 from vitscale.grid.cellrun import cell_lock, run_cell
-from vitscale.grid.plan import plan, prepare, retry_hint
+from vitscale.grid.plan import Planned, plan, prepare, retry_hint
 from vitscale.grid.spec import load_grid
 
 from .helpers.configs import tiny_config
@@ -269,9 +269,38 @@ def test_failed_cells_are_retried_up_to_the_configured_count(tmp_path):
         "failed 2 times, last: non-finite loss at step 3",
     )
     hint = retry_hint(stuck, grid_path=g.path, runs=runs / "tiny")
-    assert "1 cell(s) failed and have no retries left" in hint and "--retry-failed" in hint
+    assert "1 cell(s) failed and are not retried" in hint and "--retry-failed" in hint
     again = plan(g, runs, retry_failed=True)[0]
     assert (again.action, again.note) == ("submit", "retry 2 (--retry-failed)")
+
+
+def test_a_cell_that_fails_the_same_way_twice_is_not_retried_blindly(tmp_path):
+    """Issue 32, item 3: a cell whose resume failed the same way each time (an IndexError
+    restoring the RNG on fewer GPUs) was submitted again and again. With retries left, a
+    failure that repeats the one before it (error and step) is not retried: a retry would
+    repeat it too; the grid says so, and --retry-failed runs it once the cause is fixed."""
+    g = load_grid(_write(tmp_path, _tiny_grid(retries=4)))
+    runs = tmp_path / "runs"
+    run_dir = plan(g, runs)[0].run_dir
+
+    def fail(error: str, step: int) -> Planned:
+        prepare(plan(g, runs)[0])
+        failed = {"status": rf.STATUS_FAILED, "error": error, "failed_step": step}
+        rf.write_json_atomic(run_dir / rf.RESULT, failed)
+        return plan(g, runs)[0]
+
+    assert fail("IndexError: list index out of range", 400).note == "retry 1/4"
+    assert fail("NCCL timeout", 700).note == "retry 2/4"  # not the same: retried
+    assert fail("NCCL timeout", 900).note == "retry 3/4"  # another step: retried
+    stuck = fail("NCCL timeout", 900)
+    assert (stuck.action, stuck.note) == (
+        "skip-failed",
+        "failed the same way twice in a row (a retry would too): NCCL timeout",
+    )
+    assert "1 cell(s) failed and are not retried" in retry_hint(
+        [stuck], grid_path=g.path, runs=runs / "tiny"
+    )
+    assert plan(g, runs, retry_failed=True)[0].note == "retry 4 (--retry-failed)"
 
 
 def test_a_rerun_brings_operational_keys_to_the_cell(tmp_path):

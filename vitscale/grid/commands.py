@@ -98,7 +98,7 @@ def print_dry_run(
             "skip-done": "done (skipped)",
             "skip-running": "running",
             "skip-queued": "queued",
-            "skip-failed": "failed (no retries left)",
+            "skip-failed": "failed (not retried)",
         }[actions[c.cell.id]]
         examples = None if c.examples_seen is None else _short(c.examples_seen)
         d, m = c.cell.config.data, c.cell.config.model

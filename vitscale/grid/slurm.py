@@ -372,7 +372,7 @@ def submit_cells(
 
 def submit(grid: Grid, *, runs_root: Path, profile: Profile, retry_failed: bool = False) -> int:
     """Submit the grid's cells that are neither done, running nor queued; returns an exit
-    code: 1 when failed cells with no retries left were skipped (the hint says how to
+    code: 1 when failed cells were skipped, not retried (the hint says how to
     retry them)."""
     planned = plan(grid, runs_root, is_queued=is_queued, retry_failed=retry_failed)
     print(f"grid {grid.name!r}: {summary(planned)}")
