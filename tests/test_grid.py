@@ -181,7 +181,7 @@ def test_data_and_resources_are_checked_before_anything_runs(tmp_path, capsys):
     assert (
         "block 'transfer': eval.finetune: cifar10: missing cifar-10-batches-py/batches.meta" in err
     )
-    assert "resources: gpus=8 on 1 node(s) but profile 'small' has 4 GPUs per node" in err
+    assert "resources.default: gpus=8 on 1 node(s) but profile 'small' has 4 GPUs per node" in err
     assert "time=24:00:00 exceeds profile 'small' limit 04:00:00" in err
     assert not (tmp_path / "runs").exists()
 
@@ -420,7 +420,8 @@ def test_the_preemption_window_holds_the_largest_cells_checkpoint(tmp_path, caps
     assert "signal_delay_s" not in capsys.readouterr().err  # the shipped profile has room
     short = tmp_path / "short.yaml"
     short.write_text(
-        "gpus_per_node: 8\nmax_nodes: 8\ntime_limit: '48:00:00'\nsignal_delay_s: 300\n"
+        "gpus_per_node: 8\ncpus_per_node: 112\nmem_gb_per_node: 1800\nmax_nodes: 8\n"
+        "time_limit: '48:00:00'\nsignal_delay_s: 300\n"
     )
     assert main(["grid", fig5, "--dry-run", "--profile", str(short)]) == 0
     warnings = [line for line in capsys.readouterr().err.splitlines() if "signal_delay" in line]

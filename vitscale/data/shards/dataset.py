@@ -191,6 +191,7 @@ class ShardStream(PositionStream):
         """The example at ``position``, or the next good one (counted in ``skipped``):
         ``(image, target)``, or on a device-decoding set ``(bytes, target, shard, key, seed,
         position)``."""
+        tries = 0
         while True:
             seed = derive_key(_AUGMENT, self.seed, position)
             try:
@@ -199,20 +200,23 @@ class ShardStream(PositionStream):
                 return self.base.load(example, seed=seed)
             except SampleError as e:
                 self._skip(e, skipped)
+                # The trainer limits the distinct ones; this only ends a search that finds
+                # no good example: more bad ones in a row than an epoch boundary explains.
+                tries += 1
+                if tries > 2 * (limit := self.base.skip_bad_samples) + 1:
+                    raise DatasetFormatError(
+                        f"{self.base.name}: {tries} bad examples in a row, more than "
+                        f"data.skip_bad_samples={limit} allows; last: {e}"
+                    ) from None
                 position += 1
                 example = int(self.order([position])[0])
 
     def _skip(self, error: SampleError, skipped: list[str]) -> None:
-        """Count a bad example in its batch's ``skipped``; an error when none may be."""
-        limit = self.base.skip_bad_samples
-        if not limit:
+        """Count a bad example in its batch's ``skipped`` (the trainer limits the distinct
+        ones); an error when none may be."""
+        if not self.base.skip_bad_samples:
             raise DatasetFormatError(f"{error}; {_SKIP_HINT}") from None
         skipped.append(f"{error.shard}: key {error.key!r}: {error.reason}")
-        if len(skipped) > limit:
-            raise DatasetFormatError(
-                f"{self.base.name}: more than data.skip_bad_samples={limit} bad examples in "
-                f"one batch; last: {error}"
-            ) from None
 
     def replacement(self, position: int, error: SampleError, skipped: list[str]) -> tuple:
         """What replaces the example at ``position``, read whole but found bad by its
