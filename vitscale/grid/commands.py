@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..catalog import model_columns
 from ..flops import count
+from ..plan import recipe_notes
 from .calibration import ASSUMED, BASES, ESTIMATED, FAMILY, MEASURED
 from .cost import CellCost, cell_cost
 from .placement import Placement, apply_placements, place_grid
@@ -313,7 +314,10 @@ def grid(
     g = load_grid(
         path, overrides=overrides, num_processes=launch, profile=profile, running=not dry_run
     )
-    notes = (n for c in g.cells for n in (*c.plan.notes, c.plan.recipe_note) if n)
+    notes = [n for c in g.cells for n in c.plan.notes]
+    notes += recipe_notes(
+        [(c.plan.config, c.plan.from_recipe) for c in g.cells if c.plan.from_recipe]
+    )
     for note in dict.fromkeys(notes):
         print(f"note: {note}", file=sys.stderr)  # once, not once per cell
     if profile is not None and (problem := _preemption_problem(g, profile)):
