@@ -103,7 +103,7 @@ def test_a_failed_or_timed_out_step_is_recorded_and_the_next_one_runs(tmp_path, 
     assert "| y_hangs | timed out at 7 s |" in (tmp_path / "summary.md").read_text()
 
 
-def test_d_derives_the_decode_choice_and_the_memory_check(tmp_path):
+def test_d_derives_the_decode_choice_and_the_memory_check_and_the_summary_shows_them(tmp_path):
     feed = [("resident", 2400.0), ("workers", 1371.0), ("device", 2350.0)]
     rows = [{"path": f, "images_per_s": r, "feed": f} for f, r in feed]
     (tmp_path / "a_feed.json").write_text(json.dumps({"rows": [{"path": "cpu"}, *rows]}))
@@ -120,6 +120,17 @@ def test_d_derives_the_decode_choice_and_the_memory_check(tmp_path):
     assert [m["within"] for m in derived["memory"]] == [True, False, False]
     assert derived["calibration_rows"] is None
     assert json.loads((tmp_path / "derived.json").read_text()) == derived
+    b = {"rows": [{"model": "BiT-R50x1", "timm_img_s": 1000.0, "ours_img_s": 1600.0, "ratio": 1.6}]}
+    (tmp_path / "b_eager.json").write_text(json.dumps(b))
+    (tmp_path / "env.txt").write_text("name, memory.total [MiB]\nNVIDIA H200, 143771 MiB\n")
+    text = gpu_feed.summary(
+        tmp_path, [{"step": "a_feed", "status": "ok", "seconds": 1, "cap_s": 9}]
+    )
+    assert "GPU: NVIDIA H200, 143771 MiB" in text
+    assert "| device | 2,350 | 98% |" in text and "should choose: **device**" in text
+    assert "| BiT-R50x1 | 1,000 | 1,600 | 1.60 |" in text
+    assert "| BiT-R50x1 | 256 | 20.0 | 25.3 | 1.27 (outside) |" in text
+    assert (tmp_path / "summary.md").read_text() == text
 
 
 def test_the_feeds_of_step_a_run_on_the_cpu(tmp_path):
