@@ -138,7 +138,7 @@ def steps(out: Path, python: str = sys.executable) -> list[Step]:
         skip=None
         if registered
         else "experiments/scenes_gpu.yaml is a draft, not registered "
-        "(experiments/preregistered/scenes.md, registration 4): its cells run only after",
+        "(experiments/preregistered/scenes.md, registration 4): no cell runs before",
     )
     return [*fixed, scenes]
 
