@@ -53,6 +53,9 @@ HASHED_WHEN_SET = (
     "model.pretrained_dataset",
     "model.pretrained_epochs",
     "eval.fewshot.width",
+    "optim.cooldown",
+    "optim.cooldown_shape",
+    "optim.timescale",
 )
 
 

@@ -97,9 +97,14 @@ class OptimConfig(Section):
     lr: Number | None = None  # None: recipe (paper Table 3 / Appendix B)
     weight_decay: Number | None = None  # decoupled, multiplied by lr (torch AdamW)
     betas: list[Number] = Field(default_factory=lambda: [0.9, 0.999])
-    schedule: Literal["linear", "cosine"] | None = None
+    # wsd (warm-up, stable, cooldown; Hägele et al. 2024) and rsqrt (big_vision; Zhai et al.
+    # 2022) do not depend on the run's length before their cooldown: docs/schedules.md
+    schedule: Literal["linear", "cosine", "wsd", "rsqrt"] | None = None
     warmup_steps: int | None = None
     end_lr: float = 1e-5
+    cooldown: Number | None = None  # wsd, rsqrt: steps (a whole number) or a fraction of the run
+    cooldown_shape: Literal["linear", "1-sqrt"] | None = None  # None: linear
+    timescale: int | None = None  # rsqrt: steps over which the rate falls by 1/sqrt(2)
 
 
 class FewShotConfig(Section):

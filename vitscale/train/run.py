@@ -17,7 +17,7 @@ import torch
 
 from .. import flops
 from .. import record as rf
-from ..config import Config, ConfigError
+from ..config import Config, ConfigError, cooldown_steps
 from ..data import (
     DatasetFormatError,
     DatasetNotFoundError,
@@ -495,6 +495,9 @@ def _model(cfg: Config, accelerator, num_classes: int, total_steps: int) -> dict
         warmup_steps=o.warmup_steps,
         schedule=o.schedule,
         end_lr=o.end_lr,
+        cooldown=cooldown_steps(o.cooldown, total_steps),
+        cooldown_shape=o.cooldown_shape,
+        timescale=o.timescale,
     )
     prepared, optimizer = accelerator.prepare(model, optimizer)
     step = Step(
