@@ -32,6 +32,7 @@ OPERATIONAL_KEYS = (
     "train.checkpoint_every",
     "eval.batch_size",
     "wandb",
+    "branch",
 )
 
 # Keys the trainer adds to config.json once it knows them; a resolved config read back

@@ -148,6 +148,16 @@ class WandbConfig(Section):
     tags: list[str] = Field(default_factory=list)
 
 
+class BranchConfig(Section):
+    """Set by the grid (vitscale.grid.branches; docs/schedules.md): cells that differ only
+    in their duration, with a wsd or rsqrt schedule, share one run up to each one's cooldown
+    start. Operational: a branched cell computes what it would alone."""
+
+    trunk: str | None = None  # the sibling run folder (cell id) whose checkpoint it starts from
+    step: int | None = None  # that checkpoint's step: this cell's cooldown start
+    keep: list[int] = Field(default_factory=list)  # this run's steps kept for its branches
+
+
 class Config(Section):
     seed: int = 0
     grid: str | None = None  # set by the grid runner
@@ -158,6 +168,7 @@ class Config(Section):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     wandb: WandbConfig = Field(default_factory=WandbConfig)
+    branch: BranchConfig = Field(default_factory=BranchConfig)
 
 
 # ----------------------------------------------------------------- pydantic, in our words
