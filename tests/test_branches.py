@@ -4,6 +4,9 @@ through a preemption of the trunk too."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from vitscale import record as rf
@@ -58,3 +61,51 @@ def test_a_branch_whose_trunk_has_no_checkpoint_there_runs_alone(tmp_path, alone
         capsys.readouterr().out
     )
     assert_same_run(alone, tmp_path / "branch")
+
+
+# --------------------------------------------------------------------------- the grid
+
+
+def _grid(tmp_path) -> Path:
+    import yaml
+
+    base = tiny_config(train={"log_every": 2, "checkpoint_every": 5, "eval_every": 4})
+    base["optim"] = {"schedule": "wsd", "cooldown": 0.25, "warmup_steps": 2}
+    grid = {"name": "wsd4", "base": base, "axes": {"train.steps": [4, 8, 12, 16]}}
+    path = tmp_path / "wsd4.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    return path
+
+
+def test_a_grid_of_four_durations_runs_one_trunk_and_spends_trunk_plus_cooldowns(tmp_path, capsys):
+    from vitscale.cli import main
+    from vitscale.flops import count
+
+    path, runs = _grid(tmp_path), tmp_path / "runs"
+    assert main(["grid", str(path), "--dry-run", "--json", "--runs", str(runs)]) == 0
+    planned = json.loads(capsys.readouterr().out)["total"]
+    args = ["grid", str(path), "--executor", "local", "--workers", "2", "--runs", str(runs)]
+    assert main(args) == 0  # a second worker waits for the trunk, then takes a branch
+    results = [rf.RunResult.read(d) for d in (runs / "wsd4").iterdir() if d.name[0] != "."]
+    assert len(results) == 4 and all(r.done and r.restarts == 0 for r in results)
+    (trunk,) = [r for r in results if r.branched_from is None]  # one run from step 0
+    assert trunk.steps == 16
+    branched = {r.steps: r.branched_from for r in results if r.branched_from}
+    assert {s: b["step"] for s, b in branched.items()} == {4: 3, 8: 6, 12: 9}  # 25% cooldowns
+    assert {b["trunk"] for b in branched.values()} == {trunk.cell_id}
+    per_step = (
+        16 * count("ViT-Pico/4", 32, num_classes=256, head="pretrain").train_flops_per_example
+    )
+    cooldowns = (4 - 3) + (8 - 6) + (12 - 9)
+    spent = sum(r.spent_exaflops for r in results)
+    assert spent == pytest.approx((16 + cooldowns) * per_step / 1e18)
+    assert sum(r.pretrain_exaflops for r in results) == pytest.approx(40 * per_step / 1e18)
+    # The dry-run said so before (its FLOPs count a head of the default width: ~0.3% off).
+    assert planned["saving"] == pytest.approx(1 - (16 + cooldowns) / 40)
+    assert planned["spent_exaflops"] == pytest.approx(spent, rel=0.01)
+    assert (planned["trunks"], planned["branches"]) == (1, 3)
+    assert main(["status", str(runs)]) == 0
+    out = capsys.readouterr().out
+    assert f"branch of {trunk.cell_id} at step 3" in out
+    assert "compute spent (trunks once + cooldowns) of what the cells embody: wsd4 " in out
+    assert "exaFLOPs (45% saved); ViT " in out  # per grid, then per family

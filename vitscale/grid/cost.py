@@ -5,6 +5,9 @@ Fig. 5). GPU-hours come from the training speed measured on the profile's GPU wh
 is one (:mod:`vitscale.grid.calibration`: the model itself, else its family's measured
 FLOP/s), else from the profile's assumed sustained FLOP/s per GPU; each cell says which.
 They estimate the training steps alone (evaluation and fine-tuning are extra).
+
+A branch (docs/schedules.md) embodies its whole run's compute (Fig. 5's x) but spends only
+its cooldown's: the steps before it are its trunk's, trained once for every branch.
 """
 
 from __future__ import annotations
@@ -26,6 +29,15 @@ class CellCost:
     exaflops: float | None
     gpu_hours: float | None
     basis: str = ASSUMED  # of gpu_hours: "measured", "family" or "assumed"
+    shared: float = 0.0  # the part of its steps its trunk trains (a branch's stable phase)
+
+    @property
+    def spent_exaflops(self) -> float | None:
+        return None if self.exaflops is None else self.exaflops * (1 - self.shared)
+
+    @property
+    def spent_gpu_hours(self) -> float | None:
+        return None if self.gpu_hours is None else self.gpu_hours * (1 - self.shared)
 
 
 def cell_cost(cell: Cell, profile: Profile | None) -> CellCost:
@@ -36,8 +48,9 @@ def cell_cost(cell: Cell, profile: Profile | None) -> CellCost:
     examples = steps * cfg.train.batch_size
     c = count(cfg.model.name, cfg.data.image_size, head="pretrain", pool=cfg.model.pool)
     exaflops = c.train_flops_per_example * examples / 1e18
+    shared = (cfg.branch.step or 0) / steps if steps else 0.0
     if profile is None:
-        return CellCost(cell, n, steps, examples, exaflops, None)
+        return CellCost(cell, n, steps, examples, exaflops, None, shared=shared)
     rate, basis = images_per_s(
         profile.calibration,
         profile.gpu_type,
@@ -50,4 +63,4 @@ def cell_cost(cell: Cell, profile: Profile | None) -> CellCost:
         hours = examples / rate / 3600
     else:
         hours = exaflops * 1e18 / (profile.sustained_tflops * 1e12) / 3600
-    return CellCost(cell, n, steps, examples, exaflops, hours, basis)
+    return CellCost(cell, n, steps, examples, exaflops, hours, basis, shared)

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..config import Config, ConfigError, set_key, yaml_load
 from ..plan import Plan, plan
+from .branches import Family, assign
 from .profile import Profile, SlurmError, shape_for
 
 TOP_KEYS = ("name", "description", "base", "axes", "blocks", "retries", "resources")
@@ -58,6 +59,13 @@ class Grid:
     retries: int = 1
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)
     description: str = ""
+    families: list[Family] = field(default_factory=list)  # trunks and their branches
+
+    def trunk_of(self, cell: Cell) -> Cell | None:
+        """The cell whose run ``cell`` branches from, or None."""
+        return next(
+            (f.trunk for f in self.families if f.trunk.id == cell.config.branch.trunk), None
+        )
 
     def resources_for(self, cell: Cell) -> dict[str, Any]:
         return _resources_for(self.resources, cell.config.model.name)
@@ -172,7 +180,9 @@ def load_grid(
         raise GridError(problems)
     if not cells:
         raise GridError([f"{path}: the grid expands to no cells"])
-    return Grid(name, path, list(cells.values()), retries, resources, raw.get("description", ""))
+    found = list(cells.values())
+    families = assign(found)  # cells that share their stable phase (docs/schedules.md)
+    return Grid(name, path, found, retries, resources, raw.get("description", ""), families)
 
 
 def _planner(

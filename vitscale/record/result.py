@@ -68,6 +68,14 @@ class RunResult:
         return self.status == STATUS_DONE
 
     @property
+    def spent_exaflops(self) -> float | None:
+        """The compute this cell itself trained: its ``pretrain_exaflops`` (what its model
+        embodies, Fig. 5's x) less what its trunk trained for it (docs/schedules.md)."""
+        if self.pretrain_exaflops is None or not self.branched_from:
+            return self.pretrain_exaflops
+        return self.pretrain_exaflops - self.branched_from["exaflops"]
+
+    @property
     def last_step(self) -> int | None:
         """The step the run got to: the failed one, else the steps taken."""
         return self.failed_step if self.failed_step is not None else self.steps
