@@ -109,3 +109,46 @@ def test_a_grid_of_four_durations_runs_one_trunk_and_spends_trunk_plus_cooldowns
     assert f"branch of {trunk.cell_id} at step 3" in out
     assert "compute spent (trunks once + cooldowns) of what the cells embody: wsd4 " in out
     assert "exaFLOPs (45% saved); ViT " in out  # per grid, then per family
+
+
+# --------------------------------------------------------------------------- SLURM
+
+
+@pytest.mark.parametrize("trunk_queued_before", [False, True])
+def test_slurm_submits_branches_after_their_trunks_job(tmp_path, monkeypatch, trunk_queued_before):
+    """What sbatch is given, without a cluster: the trunk's array first, then the branches'
+    with --dependency=afterok on the trunk's job (an earlier submission's, if still queued)
+    and --kill-on-invalid-dep (a trunk that fails cancels them; the next submission reruns)."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    from vitscale.grid import slurm
+    from vitscale.grid.profile import load_profile
+    from vitscale.grid.spec import load_grid
+
+    grid = load_grid(_grid(tmp_path))
+    runs = tmp_path / "runs"
+    (trunk,) = [c for c in grid.cells if c.config.branch.keep]
+    if trunk_queued_before:  # an earlier submission's trunk, still pending
+        (runs / "wsd4" / trunk.id).mkdir(parents=True)
+        rf.write_json_atomic(runs / "wsd4" / trunk.id / "job.json", {"job_id": "41_0"})
+    monkeypatch.setattr(slurm, "is_queued", lambda d: trunk_queued_before and d.name == trunk.id)
+    calls = []
+
+    def submit_cells(planned, shape, profile, *, folder, job_name, after=None):
+        params = slurm.executor_parameters(shape, profile, job_name=job_name, after=after)
+        script = _make_sbatch_string(command="python -m x", folder="/logs/%j", **params)
+        calls.append(([p.cell.id for p in planned], script))
+        return [f"{50 + len(calls)}_{i}" for i in range(len(planned))]
+
+    monkeypatch.setattr(slurm, "submit_cells", submit_cells)
+    profile = load_profile(Path(__file__).resolve().parents[1] / "slurm/profiles/local.yaml")
+    assert slurm.submit(grid, runs_root=runs, profile=profile) == 0
+    branches = sorted(c.id for c in grid.cells if c.config.branch.trunk)
+    if trunk_queued_before:
+        ((ids, script),) = calls
+        assert sorted(ids) == branches and "#SBATCH --dependency=afterok:41_0\n" in script
+    else:
+        (first, after), (then, script) = calls
+        assert first == [trunk.id] and "--dependency" not in after
+        assert sorted(then) == branches and "#SBATCH --dependency=afterok:51_0\n" in script
+    assert "#SBATCH --kill-on-invalid-dep=yes\n" in script
