@@ -152,3 +152,22 @@ def test_slurm_submits_branches_after_their_trunks_job(tmp_path, monkeypatch, tr
         assert first == [trunk.id] and "--dependency" not in after
         assert sorted(then) == branches and "#SBATCH --dependency=afterok:51_0\n" in script
     assert "#SBATCH --kill-on-invalid-dep=yes\n" in script
+
+
+def test_the_fig5_grid_with_wsd_says_what_its_trunks_save(capsys):
+    from vitscale.cli import main
+
+    experiments = Path(__file__).resolve().parents[1] / "experiments"
+    assert main(["grid", str(experiments / "fig5_compute.yaml"), "--dry-run", "--json"]) == 0
+    paper = json.loads(capsys.readouterr().out)
+    assert main(["grid", str(experiments / "fig5_compute_wsd.yaml"), "--dry-run", "--json"]) == 0
+    wsd = json.loads(capsys.readouterr().out)
+    total = wsd["total"]
+    assert len(wsd["cells"]) == len(paper["cells"]) == 18
+    assert total["exaflops"] == pytest.approx(paper["total"]["exaflops"])  # what they embody
+    # ViT-L/16, BiT-R152x2 and R50x1+ViT-L/16 at 7 epochs branch off their 14-epoch runs
+    # at 80% of 7 epochs: each spends only its cooldown.
+    assert (total["trunks"], total["branches"]) == (3, 3)
+    shared = sum(c["exaflops"] * 0.8 for c in wsd["cells"] if c["branch"]["trunk"])
+    assert total["spent_exaflops"] == pytest.approx(total["exaflops"] - shared, rel=1e-4)
+    assert set(total["by_family"]) == {"ViT", "ResNet", "Hybrid"}
