@@ -61,12 +61,6 @@ class Grid:
     description: str = ""
     families: list[Family] = field(default_factory=list)  # trunks and their branches
 
-    def trunk_of(self, cell: Cell) -> Cell | None:
-        """The cell whose run ``cell`` branches from, or None."""
-        return next(
-            (f.trunk for f in self.families if f.trunk.id == cell.config.branch.trunk), None
-        )
-
     def resources_for(self, cell: Cell) -> dict[str, Any]:
         return _resources_for(self.resources, cell.config.model.name)
 
