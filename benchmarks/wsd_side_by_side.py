@@ -10,7 +10,8 @@ the end only. Prints, per way, the compute the cells embody and what was spent, 
 workers' seconds; per model and duration, the final 5-shot glyph accuracy both ways (mean
 and seed spread, max - min).
 
-    python benchmarks/wsd_side_by_side.py --out /tmp/wsd              # about 30 min on 2 cores
+    python benchmarks/wsd_side_by_side.py --out /tmp/wsd              # hours on 2 shared cores
+    python benchmarks/wsd_side_by_side.py --out /tmp/wsd --models ViT-Femto/8 --batch 32 --longest 160
     python benchmarks/wsd_side_by_side.py --out /tmp/wsd --no-run     # read an earlier run
 """
 
@@ -38,12 +39,18 @@ WAYS = {
 }
 
 
-def grid(way: str, *, longest: int, seeds: list[int]) -> dict:
+MODELS = {
+    "ViT-Femto/8": {"model.name": "ViT-Femto/8", "model.pre_logits": False},
+    "BiT-R11x0.5": {"model.name": "BiT-R11x0.5"},
+}
+
+
+def grid(way: str, *, longest: int, seeds: list[int], batch: int, models: list[str]) -> dict:
     return {
         "name": f"sweep_{way}",
         "base": {
             "data": {"dataset": "synthetic", "image_size": 32, "subset": 76800},
-            "train": {"batch_size": 128, "log_every": 10, "checkpoint_every": 100, "precision": "fp32"},
+            "train": {"batch_size": batch, "log_every": 10, "checkpoint_every": 100, "precision": "fp32"},
             "optim": {"warmup_steps": 10, "lr": 4.0e-3, "weight_decay": 0.1, **WAYS[way]},
             "eval": {
                 "batch_size": 500,
@@ -53,10 +60,7 @@ def grid(way: str, *, longest: int, seeds: list[int]) -> dict:
             "wandb": {"mode": "disabled"},
         },
         "axes": {"train.steps": [longest // 8, longest // 4, longest // 2, longest], "seed": seeds},
-        "blocks": [
-            {"name": "vit", "set": {"model.name": "ViT-Femto/8", "model.pre_logits": False}},
-            {"name": "resnet", "set": {"model.name": "BiT-R11x0.5"}},
-        ],
+        "blocks": [{"name": m.replace("/", "-"), "set": MODELS[m]} for m in models],
     }  # fmt: skip
 
 
@@ -86,13 +90,25 @@ def main() -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--longest", type=int, default=240)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     p.add_argument("--no-run", action="store_true")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     summary = {"ways": {}, "cells": {}}
     for way in WAYS:
         path = args.out / f"sweep_{way}.yaml"
-        path.write_text(yaml.safe_dump(grid(way, longest=args.longest, seeds=args.seeds)))
+        path.write_text(
+            yaml.safe_dump(
+                grid(
+                    way,
+                    longest=args.longest,
+                    seeds=args.seeds,
+                    batch=args.batch,
+                    models=args.models,
+                )
+            )
+        )
         if not args.no_run:
             started = time.perf_counter()
             command = [sys.executable, "-m", "vitscale.cli", "grid", str(path), "--executor",
@@ -101,7 +117,7 @@ def main() -> int:
             summary["ways"][way] = {"grid_wall_s": time.perf_counter() - started}
         cells = read(args.out / "runs" / f"sweep_{way}")
         summary["cells"][way] = cells
-        summary["ways"].setdefault(way, {}) | {}
+        summary["ways"].setdefault(way, {})
         summary["ways"][way] |= {
             "cells": len(cells),
             "runs_from_step_0": sum(not c["branched"] for c in cells),

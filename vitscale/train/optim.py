@@ -69,8 +69,8 @@ def lr_factor(
         if step < start or not cooldown:
             return stable
         progress = min((step - start) / cooldown, 1.0)
-        left = 1.0 - (math.sqrt(progress) if cooldown_shape == "1-sqrt" else progress)
-        return floor + (stable - floor) * left
+        done = math.sqrt(progress) if cooldown_shape == "1-sqrt" else progress
+        return stable - (stable - floor) * done  # exactly the stable rate where it starts
     progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
     progress = min(progress, 1.0)
     if schedule == "linear":
