@@ -274,6 +274,7 @@ def _every_field_set() -> st.SearchStrategy[rf.RunResult]:
         published=st.dictionaries(
             st.sampled_from(["dataset", "exaflops", "epochs"]), _NAMES, min_size=1
         ),
+        branched_from=st.fixed_dictionaries({"trunk": _NAMES, "step": _COUNT, "exaflops": _FLOAT}),
     )
 
 

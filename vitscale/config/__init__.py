@@ -11,7 +11,7 @@ data and the launch know is checked by :func:`vitscale.plan.plan`, once per entr
 
 from __future__ import annotations
 
-from .counts import to_steps
+from .counts import cooldown_start, cooldown_steps, to_steps
 from .identity import cell_id
 from .load import load_yaml, set_key, yaml_load
 from .resolve import resolve, validate
@@ -27,4 +27,6 @@ __all__ = [
     "set_key",
     "cell_id",
     "to_steps",
+    "cooldown_steps",
+    "cooldown_start",
 ]

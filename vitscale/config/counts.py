@@ -125,3 +125,23 @@ def to_steps(
             )
         examples = epochs * num_examples
     return max(1, -(-int(round(examples)) // batch_size))
+
+
+def cooldown_steps(cooldown: int | float | None, total_steps: int) -> int:
+    """The cooldown of a ``wsd`` or ``rsqrt`` schedule in steps: a whole number is steps,
+    a number in (0, 1) a fraction of the run (Hägele et al. 2024: 20%), rounded; None: none."""
+    if cooldown is None:
+        return 0
+    if isinstance(cooldown, int):
+        return cooldown
+    return round(cooldown * total_steps)
+
+
+def cooldown_start(optim, total_steps: int) -> int | None:
+    """The step at which a branchable schedule's cooldown starts (``total_steps`` when it
+    has none): every step before it has the same learning rate whatever the run's length,
+    so runs that differ only in length share their states up to there (docs/schedules.md).
+    None for a schedule whose every step depends on the length (``linear``, ``cosine``)."""
+    if optim.schedule not in ("wsd", "rsqrt"):
+        return None
+    return total_steps - cooldown_steps(optim.cooldown, total_steps)

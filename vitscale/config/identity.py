@@ -32,6 +32,7 @@ OPERATIONAL_KEYS = (
     "train.checkpoint_every",
     "eval.batch_size",
     "wandb",
+    "branch",
 )
 
 # Keys the trainer adds to config.json once it knows them; a resolved config read back
@@ -53,6 +54,9 @@ HASHED_WHEN_SET = (
     "model.pretrained_dataset",
     "model.pretrained_epochs",
     "eval.fewshot.width",
+    "optim.cooldown",
+    "optim.cooldown_shape",
+    "optim.timescale",
 )
 
 # Keys added after cells were run, with a default that computes what those cells did

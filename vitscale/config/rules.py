@@ -11,7 +11,7 @@ from typing import Any
 
 from ..catalog import check_resolution, parse
 from ..published import published_compute
-from .counts import parse_count, parse_subset, subset_size
+from .counts import cooldown_start, parse_count, parse_subset, subset_size
 from .schema import Config, Section
 
 _DURATIONS = ("train.steps", "train.epochs", "train.examples")
@@ -27,6 +27,7 @@ def check(cfg: Config, *, rejected: set[str] = frozenset()) -> list[str]:
         *_durations(cfg, mistyped=bool(rejected.intersection(_DURATIONS))),
         *_bounds(cfg),
         *_combinations(cfg),
+        *_schedule(cfg),
     ]
 
 
@@ -177,6 +178,44 @@ def _combinations(cfg: Config) -> list[str]:
     return problems
 
 
+_BRANCHABLE = ("wsd", "rsqrt")
+
+
+def _schedule(cfg: Config) -> list[str]:
+    """A cooldown and a timescale belong to the schedules that have them (docs/schedules.md):
+    wsd needs its cooldown, rsqrt its timescale (big_vision's: 10000)."""
+    o, problems = cfg.optim, []
+    if o.schedule not in _BRANCHABLE:
+        for key in ("cooldown", "cooldown_shape", "timescale"):
+            if getattr(o, key) is not None:
+                problems.append(
+                    f"optim.{key}: only the 'wsd' and 'rsqrt' schedules have one, "
+                    f"and optim.schedule is {o.schedule!r}"
+                )
+        return problems
+    if o.schedule == "wsd" and o.cooldown is None:
+        problems.append(
+            "optim.cooldown: a wsd schedule needs its cooldown: steps (2000) or a fraction of "
+            "the run (0.2, Hägele et al. 2024)"
+        )
+    if o.cooldown is not None and (
+        o.cooldown <= 0 if isinstance(o.cooldown, int) else not 0 < o.cooldown < 1
+    ):
+        problems.append(
+            f"optim.cooldown must be a whole number of steps >= 1 or a fraction in (0, 1), "
+            f"got {o.cooldown}"
+        )
+    if o.cooldown_shape is not None and o.cooldown is None:
+        problems.append("optim.cooldown_shape: set optim.cooldown too (there is no cooldown)")
+    if o.schedule == "rsqrt" and o.timescale is None:
+        problems.append(
+            "optim.timescale: an rsqrt schedule needs its timescale in steps (big_vision: 10000)"
+        )
+    if o.timescale is not None and o.timescale <= 0:
+        problems.append(f"optim.timescale must be positive, got {o.timescale}")
+    return problems
+
+
 def subset_checks(cfg: Config, *, dataset_size: int | None) -> tuple[int | None, list[str]]:
     """``(num_examples, problems)``: the pre-training subset's size (None while it is not
     known: a fraction of a set of unknown size) and whether the set holds it."""
@@ -207,6 +246,13 @@ def length_checks(cfg: Config, total_steps: int) -> tuple[list[str], list[str]]:
             f"optim.warmup_steps: {warmup:,} is not shorter than the run ({total_steps:,} "
             f"steps), so the learning rate would never reach its peak; allowed: 0 to "
             f"{total_steps - 1:,}"
+        )
+    start = cooldown_start(cfg.optim, total_steps)
+    if cfg.optim.cooldown is not None and not (warmup or 0) <= start < total_steps:
+        problems.append(
+            f"optim.cooldown: {cfg.optim.cooldown} is {total_steps - start:,} of the run's "
+            f"{total_steps:,} steps, which leaves no room after the warm-up ({warmup or 0:,} "
+            f"steps); allowed: 1 to {total_steps - (warmup or 0):,} steps"
         )
     t = cfg.train
     for key, consequence in (

@@ -99,9 +99,14 @@ class OptimConfig(Section):
     lr: Number | None = None  # None: recipe (paper Table 3 / Appendix B)
     weight_decay: Number | None = None  # decoupled, multiplied by lr (torch AdamW)
     betas: list[Number] = Field(default_factory=lambda: [0.9, 0.999])
-    schedule: Literal["linear", "cosine"] | None = None
+    # wsd (warm-up, stable, cooldown; Hägele et al. 2024) and rsqrt (big_vision; Zhai et al.
+    # 2022) do not depend on the run's length before their cooldown: docs/schedules.md
+    schedule: Literal["linear", "cosine", "wsd", "rsqrt"] | None = None
     warmup_steps: int | None = None
     end_lr: float = 1e-5
+    cooldown: Number | None = None  # wsd, rsqrt: steps (a whole number) or a fraction of the run
+    cooldown_shape: Literal["linear", "1-sqrt"] | None = None  # None: linear
+    timescale: int | None = None  # rsqrt: steps over which the rate falls by 1/sqrt(2)
 
 
 class FewShotConfig(Section):
@@ -145,6 +150,16 @@ class WandbConfig(Section):
     tags: list[str] = Field(default_factory=list)
 
 
+class BranchConfig(Section):
+    """Set by the grid (vitscale.grid.branches; docs/schedules.md): cells that differ only
+    in their duration, with a wsd or rsqrt schedule, share one run up to each one's cooldown
+    start. Operational: a branched cell computes what it would alone."""
+
+    trunk: str | None = None  # the sibling run folder (cell id) whose checkpoint it starts from
+    step: int | None = None  # that checkpoint's step: this cell's cooldown start
+    keep: list[int] = Field(default_factory=list)  # this run's steps kept for its branches
+
+
 class Config(Section):
     seed: int = 0
     grid: str | None = None  # set by the grid runner
@@ -155,6 +170,7 @@ class Config(Section):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     wandb: WandbConfig = Field(default_factory=WandbConfig)
+    branch: BranchConfig = Field(default_factory=BranchConfig)
 
 
 # ----------------------------------------------------------------- pydantic, in our words

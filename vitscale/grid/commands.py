@@ -63,6 +63,7 @@ def print_dry_run(
         "gpu_type": est.gpu_type,
         "gpu_hours_basis": {b: sum(c.basis == b for c in costs) for b in BASES},
         "problems": problems,
+        **_spent(costs, grid),
     }
     if as_json:
         cells = [
@@ -82,6 +83,9 @@ def print_dry_run(
                 "gpu_hours_measured_on": c.measured_on,
                 "node_hours": c.node_hours,
                 "slices": c.slices,
+                "spent_exaflops": c.spent_exaflops,
+                "spent_gpu_hours": c.spent_gpu_hours,
+                "branch": c.cell.config.branch.to_dict(),
                 "action": actions[c.cell.id],
                 "memory": _memory_json(fits.get(c.cell.id)),
                 "config": c.cell.config.to_dict(),
@@ -123,6 +127,10 @@ def print_dry_run(
 
             pub = published_compute(m.name, m.pretrained_dataset, m.pretrained_epochs)
             state += f" (published: {pub.exaflops:.4g} exaFLOPs pre-trained)"
+        if (b := c.cell.config.branch).trunk:
+            state += f" (branch of {b.trunk} at step {b.step:,}: spends {fmt(c.spent_gpu_hours, ',.1f')} GPU-h)"
+        elif b.keep:
+            state += f" (trunk: keeps steps {', '.join(f'{s:,}' for s in b.keep)})"
         cluster = f" {fmt(c.node_hours, ',.1f'):>8} {fmt(c.slices, ''):>6}" if profile else ""
         print(
             f"{c.cell.id:<10} {c.cell.config.model.name:<17} {_patch(c.cell.config.model.name):>5} "
@@ -158,6 +166,8 @@ def print_dry_run(
             f"runs as, one after another (the longest, {longest.cell.id}: {longest.slices}, "
             f"{_duration((longest.node_hours or 0) / _nodes(grid, longest))} at least)"
         )
+    if grid.families:
+        print(_spent_lines(total))
     if hint := retry_hint(planned, grid_path=grid.path, runs=runs_root / grid.name):
         print(hint)
     if fits:
@@ -167,6 +177,53 @@ def print_dry_run(
             "micro: pre-training micro-batch / per-GPU batch (fine-tuning's after the comma)"
         )
     return _refuse(problems)
+
+
+def _spent(costs, grid: Grid) -> dict:
+    """What the grid spends where branches share their trunks' stable phases
+    (docs/schedules.md), against the independent runs, for the grid and per family."""
+    from ..catalog import family
+
+    def totals(of) -> dict:
+        exaflops = sum(c.exaflops or 0 for c in of)
+        spent = sum(c.spent_exaflops or 0 for c in of)
+        hours = sum(c.gpu_hours or 0 for c in of)
+        spent_hours = sum(c.spent_gpu_hours or 0 for c in of)
+        return {
+            "exaflops": exaflops,
+            "spent_exaflops": spent,
+            "gpu_hours": hours,
+            "spent_gpu_hours": spent_hours,
+            "saving": 1 - spent / exaflops if exaflops else 0.0,
+        }
+
+    names = sorted({family(c.cell.config.model.name) for c in costs})
+    grid_total = totals(costs)
+    return {
+        "spent_exaflops": grid_total["spent_exaflops"],
+        "spent_gpu_hours": grid_total["spent_gpu_hours"],
+        "saving": grid_total["saving"],
+        "trunks": len(grid.families),
+        "branches": sum(len(f.branches) for f in grid.families),
+        "by_family": {
+            f: totals([c for c in costs if family(c.cell.config.model.name) == f]) for f in names
+        },
+    }
+
+
+def _spent_lines(total: dict) -> str:
+    families = "; ".join(
+        f"{name} {_exaflops(t['spent_exaflops'])} of {_exaflops(t['exaflops'])} exaFLOPs, "
+        f"{t['spent_gpu_hours']:,.1f} of {t['gpu_hours']:,.1f} GPU-hours ({t['saving']:.0%} saved)"
+        for name, t in total["by_family"].items()
+    )
+    return (
+        f"shared stable phases: {total['branches']} cell(s) branch from {total['trunks']} "
+        f"trunk(s) (docs/schedules.md): the grid spends {_exaflops(total['spent_exaflops'])} "
+        f"exaFLOPs, {total['spent_gpu_hours']:,.1f} GPU-hours, against "
+        f"{_exaflops(total['exaflops'])} exaFLOPs, {total['gpu_hours']:,.1f} GPU-hours run "
+        f"independently ({total['saving']:.0%} saved); by family: {families}"
+    )
 
 
 def _refuse(problems: list[str]) -> int:

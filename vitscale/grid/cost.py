@@ -11,6 +11,9 @@ peaks, or the profile's assumed FLOP/s; each cell says which). Few-shot and upst
 evaluation are not counted. On a cluster, a cell's wall-clock hours are its GPU-hours over
 its GPUs (perfect scaling), its node-hours those times its nodes, and its slices the jobs
 it runs as, one per time limit (it checkpoints and requeues).
+
+A branch (docs/schedules.md) embodies its whole run's compute (Fig. 5's x) but spends only
+its cooldown's: the steps before it are its trunk's, trained once for every branch.
 """
 
 from __future__ import annotations
@@ -40,6 +43,20 @@ class CellCost:
     measured_on: str | None = None  # the GPU whose measurements gpu_hours come from
     node_hours: float | None = None  # on a cluster profile
     slices: int | None = None  # jobs of one time limit each, one after another
+    shared: float = 0.0  # the part of its steps its trunk trains (a branch's stable phase)
+
+    @property
+    def spent_exaflops(self) -> float | None:
+        """Pre-training this cell trains itself (a branch: its cooldown)."""
+        return None if self.exaflops is None else self.exaflops * (1 - self.shared)
+
+    @property
+    def spent_gpu_hours(self) -> float | None:
+        """GPU-hours less its trunk's share of the pre-training (fine-tunes are its own)."""
+        if self.gpu_hours is None or not self.exaflops:
+            return self.gpu_hours
+        pretraining = self.exaflops / (self.exaflops + (self.finetune_exaflops or 0))
+        return self.gpu_hours * (1 - self.shared * pretraining)
 
 
 def finetune_exaflops(cell: Cell) -> float:
@@ -73,8 +90,9 @@ def cell_cost(
     c = count(cfg.model.name, cfg.data.image_size, head="pretrain", pool=cfg.model.pool)
     exaflops = c.train_flops_per_example * examples / 1e18
     ft = finetune_exaflops(cell)
+    shared = (cfg.branch.step or 0) / steps if steps else 0.0
     if profile is None:
-        return CellCost(cell, n, steps, examples, exaflops, ft, None)
+        return CellCost(cell, n, steps, examples, exaflops, ft, None, shared=shared)
     rate, basis, gpu = images_per_s(
         profile.calibration,
         profile.gpu_type,
@@ -98,4 +116,6 @@ def cell_cost(
         except ValueError:  # reported by the grid's resource checks
             limit = profile.time_limit_min
         slices = max(1, math.ceil(wall * 60 / limit))
-    return CellCost(cell, n, steps, examples, exaflops, ft, hours, basis, gpu, node_hours, slices)
+    return CellCost(
+        cell, n, steps, examples, exaflops, ft, hours, basis, gpu, node_hours, slices, shared
+    )

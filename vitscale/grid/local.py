@@ -11,7 +11,11 @@ only its own ``processes`` of them (``CUDA_VISIBLE_DEVICES``), so two cells neve
 Interrupts and dying workers are handled as README's "What happens when..." table says:
 an interrupt stops the running cells gently (SIGTERM: they checkpoint), then at once after
 ``stop_timeout`` or a second one, and raises :class:`Interrupted` (exit code 128 + the
-signal); a worker that dies fails its cell only. Workers live in sessions of their own (a
+signal); a worker that dies fails its cell only.
+
+Trunks go first, and a branch (docs/schedules.md) is handed out only once its trunk, if
+this grid runs it, has ended: it starts from the trunk's checkpoint at its cooldown start
+(or, where the trunk never got there, runs alone). Workers live in sessions of their own (a
 terminal's Ctrl-C reaches the grid only, which stops them in order) and never outlive the
 grid, however it ends (:func:`vitscale.grid.cellrun.die_with_parent`).
 """
@@ -21,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import queue
 import signal
 import subprocess
 import sys
@@ -232,6 +235,7 @@ def run_local(
     """Run every ``submit`` cell; returns ``{cell id: exit code}``. Raises
     :class:`Interrupted` after an interrupt, once every worker has ended."""
     todo = [p for p in planned if p.action == "submit"]
+    todo.sort(key=lambda p: not p.cell.config.branch.keep)  # trunks first
     if workers < 1 or processes < 1:
         raise ValueError(f"workers and processes must be at least 1, got {workers} and {processes}")
     env = worker_env(workers=workers, processes=processes)
@@ -272,10 +276,10 @@ class _Pool:
 
     def __init__(self, todo: list[Planned], pool: list[_Worker], *, stop_timeout: float) -> None:
         self.pool, self.stop_timeout = pool, stop_timeout
-        self.pending: queue.Queue[Planned] = queue.Queue()
-        for item in todo:
-            self.pending.put(item)
-        self.lock = threading.Lock()  # between handing out a cell and stopping
+        self.pending: list[Planned] = list(todo)
+        self.unfinished = {item.cell.id for item in todo}  # what a branch may wait for
+        # between handing out a cell and stopping; a waiting worker is woken when one ends
+        self.lock = threading.Condition()
         self.stopping = threading.Event()
         self.codes: dict[str, int] = {}
         self.stopped: list[str] = []  # checkpointed and stopped
@@ -296,7 +300,7 @@ class _Pool:
                 interrupts.received[0],
                 stopped=[c for c in self.stopped if c not in self.killed],
                 killed=self.killed,
-                not_started=self.pending.qsize(),
+                not_started=len(self.pending),
             )
         return self.codes
 
@@ -315,10 +319,16 @@ class _Pool:
         A cell whose run folder cannot be written (a full disk) fails here."""
         with self.lock:
             while not self.stopping.is_set():
-                try:
-                    item = self.pending.get_nowait()
-                except queue.Empty:
+                if not self.pending:
                     return None
+                ready = [
+                    p for p in self.pending if p.cell.config.branch.trunk not in self.unfinished
+                ]
+                if not ready:  # every cell left waits for its trunk, running on another worker
+                    self.lock.wait(timeout=1.0)
+                    continue
+                item = ready[0]
+                self.pending.remove(item)
                 try:
                     for change in prepare(item):
                         tqdm.write(f"{_label(item)}: config.json: {change}")
@@ -326,6 +336,7 @@ class _Pool:
                     return item
                 except OSError as e:
                     self.codes[item.cell.id] = 1
+                    self.unfinished.discard(item.cell.id)
                     why = rf.describe_failure(e, kept=NOT_STARTED)
                     tqdm.write(f"{_label(item)} failed: {why}")
                     self.bar.update()
@@ -336,6 +347,8 @@ class _Pool:
             worker.cell = None
             interrupted = self.stopping.is_set()
             self.codes[item.cell.id] = code
+            self.unfinished.discard(item.cell.id)
+            self.lock.notify_all()
             checkpointed = code == EXIT_PREEMPTED or (interrupted and code < 0)
             if checkpointed:
                 self.stopped.append(item.cell.id)
@@ -386,6 +399,7 @@ class _Pool:
         moment they are stopped at once if they have not stopped by then."""
         with self.lock:
             self.stopping.set()
+            self.lock.notify_all()
             running = self._busy()
             for w in running:
                 w.signal(signal.SIGTERM)

@@ -26,6 +26,14 @@ Time limits and preemption
     (which only handles SIGUSR1 and SIGTERM). A preemption by SLURM itself (SIGTERM, then
     SLURM requeues the job) takes the same route without submitit.
 
+Trunks and branches (docs/schedules.md)
+    A branch's job depends on its trunk's (``--dependency=afterok:<trunk job>``): it starts
+    once the trunk has finished, from the trunk's checkpoint at its cooldown start. A trunk
+    that is requeued (time limit, preemption) is not finished, so its branches wait on;
+    one that fails cancels them (``--kill-on-invalid-dep=yes``) rather than leaving them
+    pending for ever, and the next submission runs them again: after the retried trunk, or,
+    when it has no retries left, at once (from its checkpoint if it got there, else alone).
+
 A lost node
     The other nodes' trainers fail at their next collective (the peer's sockets closed) or
     wait in it until SLURM, having marked the node DOWN after ``SlurmdTimeout``, ends the
@@ -115,8 +123,11 @@ def srun_args(shape: Shape) -> list[str]:
     return args
 
 
-def executor_parameters(shape: Shape, profile: Profile, *, job_name: str) -> dict[str, Any]:
-    """``submitit.SlurmExecutor.update_parameters`` arguments for one array."""
+def executor_parameters(
+    shape: Shape, profile: Profile, *, job_name: str, after: str | None = None
+) -> dict[str, Any]:
+    """``submitit.SlurmExecutor.update_parameters`` arguments for one array; ``after``:
+    the trunk's job, which the array's branches wait for (module docstring)."""
     params: dict[str, Any] = {
         "job_name": job_name,
         "nodes": shape.nodes,
@@ -134,6 +145,11 @@ def executor_parameters(shape: Shape, profile: Profile, *, job_name: str) -> dic
         },
         "srun_args": srun_args(shape),
     }
+    if after:
+        params["additional_parameters"] |= {
+            "dependency": f"afterok:{after}",
+            "kill_on_invalid_dep": "yes",
+        }
     if shape.gpus_per_node:
         params["gpus_per_node"] = shape.gpus_per_node
     if shape.mem_mb:
@@ -342,13 +358,22 @@ def _record_job(run_dir: Path, job_id: str, *, profile: Profile, logs: Path, sha
 
 
 def submit_cells(
-    planned: list[Planned], shape: Shape, profile: Profile, *, folder: Path, job_name: str
+    planned: list[Planned],
+    shape: Shape,
+    profile: Profile,
+    *,
+    folder: Path,
+    job_name: str,
+    after: str | None = None,
 ) -> list[str]:
-    """Submit ``planned`` cells of one shape as one job array; returns their job ids."""
+    """Submit ``planned`` cells of one shape as one job array, after the job ``after``
+    when given; returns their job ids."""
     from submitit.core.utils import FailedJobError
 
     executor = _make_executor(folder / "%j")
-    executor.update_parameters(**executor_parameters(shape, profile, job_name=job_name))
+    executor.update_parameters(
+        **executor_parameters(shape, profile, job_name=job_name, after=after)
+    )
     stop_timeout_s = max(5.0, profile.signal_delay_s - REQUEUE_S)  # then requeue, before the kill
     jobs = []
     try:
@@ -386,25 +411,45 @@ def submit(grid: Grid, *, runs_root: Path, profile: Profile, retry_failed: bool 
         if hint:
             print(f"error: {hint}", file=sys.stderr)
         return 1 if hint else 0
-    groups: dict[Shape, list[Planned]] = {}
-    for p in todo:
-        where = f"{grid.path}: block {p.cell.block!r}: resources"
-        groups.setdefault(shape_for(grid.resources_for(p.cell), profile, where=where), []).append(p)
     folder = (runs_root / grid.name / SLURM_FOLDER).resolve()
-    for shape, items in groups.items():
-        ids = submit_cells(items, shape, profile, folder=folder, job_name=grid.name)
-        array = ids[0].split("_")[0]
-        print(
-            f"submitted {len(ids)} cell(s) as job {array} on profile {profile.name!r}"
-            f"{f' (partition {profile.partition})' if profile.partition else ''}: {shape.describe()}, "
-            f"at most {profile.array_parallelism} at once"
-        )
+    waiting = {p.cell.id for p in todo if _trunk_to_wait_for(grid, p, todo, runs_root)}
+    jobs: dict[str, str] = {}  # cell id -> its job, for the branches that wait for it
+    for after, items in [(None, [p for p in todo if p.cell.id not in waiting])] + [
+        (trunk, [p for p in todo if p.cell.id in waiting and p.cell.config.branch.trunk == trunk])
+        for trunk in dict.fromkeys(p.cell.config.branch.trunk for p in todo if p.cell.id in waiting)
+    ]:
+        if after is not None:  # a trunk submitted now, or queued by an earlier submission
+            after = jobs.get(after) or read_job(runs_root / grid.name / after)["job_id"]
+        groups: dict[Shape, list[Planned]] = {}
+        for p in items:
+            where = f"{grid.path}: block {p.cell.block!r}: resources"
+            shape = shape_for(grid.resources_for(p.cell), profile, where=where)
+            groups.setdefault(shape, []).append(p)
+        for shape, group in groups.items():
+            ids = submit_cells(
+                group, shape, profile, folder=folder, job_name=grid.name, after=after
+            )
+            jobs |= {p.cell.id: job_id for p, job_id in zip(group, ids, strict=True)}
+            print(
+                f"submitted {len(ids)} cell(s) as job {ids[0].split('_')[0]} on profile "
+                f"{profile.name!r}{f' (partition {profile.partition})' if profile.partition else ''}: "
+                f"{shape.describe()}, at most {profile.array_parallelism} at once"
+                + (f"; branches: they start after their trunk's job {after}" if after else "")
+            )
     print(
         f"logs: {folder}/<job id>/ and <run>/{LOG}; follow with: vitscale status {runs_root / grid.name}"
     )
     if hint:
         print(f"error: {hint}", file=sys.stderr)
     return 1 if hint else 0
+
+
+def _trunk_to_wait_for(grid: Grid, item: Planned, todo: list[Planned], runs_root: Path) -> bool:
+    """Whether ``item`` is a branch whose trunk is submitted now or still queued."""
+    trunk = item.cell.config.branch.trunk
+    if trunk is None:
+        return False
+    return any(p.cell.id == trunk for p in todo) or is_queued(runs_root / grid.name / trunk)
 
 
 # --------------------------------------------------------------------------- job state

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..config import Config, ConfigError, set_key, yaml_load
 from ..plan import Plan, plan
+from .branches import Family, assign
 from .profile import Profile, SlurmError, shape_for
 
 TOP_KEYS = ("name", "description", "base", "axes", "blocks", "retries", "resources")
@@ -58,6 +59,7 @@ class Grid:
     retries: int = 1
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)
     description: str = ""
+    families: list[Family] = field(default_factory=list)  # trunks and their branches
 
     def resources_for(self, cell: Cell) -> dict[str, Any]:
         return _resources_for(self.resources, cell.config.model.name)
@@ -216,7 +218,9 @@ def load_grid(
         raise GridError(problems)
     if not cells:
         raise GridError([f"{path}: the grid expands to no cells"])
-    return Grid(name, path, list(cells.values()), retries, resources, raw.get("description", ""))
+    found = list(cells.values())
+    families = assign(found)  # cells that share their stable phase (docs/schedules.md)
+    return Grid(name, path, found, retries, resources, raw.get("description", ""), families)
 
 
 def _planner(

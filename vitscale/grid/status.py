@@ -37,6 +37,8 @@ class CellRow:
     best_fewshot: float | None  # the best few-shot accuracy: see _best_fewshot
     note: str
     setting: str = ""  # what sets it apart from other cells of its model, subset, steps
+    exaflops: float | None = None  # what its model embodies (result.json)
+    spent_exaflops: float | None = None  # what it trained itself (less its trunk's share)
 
 
 def _best_fewshot(best: dict[str, float], config: dict, shots: int | None) -> float | None:
@@ -94,6 +96,10 @@ def cell_row(run_dir: Path, *, shots: int | None = None, job_state=None, job_not
         )
     if job_note and status != rf.STATUS_DONE and (event := job_note(run_dir)):
         note = f"{event}; {note}" if note else event
+    result = rf.RunResult.read(run_dir) if (run_dir / rf.RESULT).is_file() else None
+    if result and result.branched_from:
+        b = result.branched_from
+        note = f"branch of {b['trunk']} at step {b['step']}" + (f"; {note}" if note else "")
     return CellRow(
         grid=str(config.get("grid") or run_dir.parent.name),
         cell_id=run_dir.name,
@@ -104,6 +110,8 @@ def cell_row(run_dir: Path, *, shots: int | None = None, job_state=None, job_not
         total_steps=_section(config, "train").get("total_steps"),
         best_fewshot=_best_fewshot(state.best, config, shots),
         note=note,
+        exaflops=result.pretrain_exaflops if result else None,
+        spent_exaflops=result.spent_exaflops if result else None,
     )
 
 
@@ -174,4 +182,24 @@ def format_table(rows: list[CellRow], *, shots: int | None = None) -> str:
         )
     lines.append("")
     lines.append(f"{len(rows)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    if any(r.spent_exaflops != r.exaflops for r in rows):
+        lines.append(compute_line(rows))
     return "\n".join(lines)
+
+
+def compute_line(rows: list[CellRow]) -> str:
+    """The compute the finished cells embody and what was spent on them, where branches
+    shared their trunks' stable phases (docs/schedules.md), per grid and per family."""
+    from ..catalog import family
+
+    def totals(of: list[CellRow]) -> str:
+        embodied = sum(r.exaflops or 0 for r in of)
+        spent = sum(r.spent_exaflops or 0 for r in of)
+        saved = 1 - spent / embodied if embodied else 0.0
+        return f"{spent:.4g} of {embodied:.4g} exaFLOPs ({saved:.0%} saved)"
+
+    grids = sorted({r.grid for r in rows})
+    parts = [f"{g} {totals([r for r in rows if r.grid == g])}" for g in grids]
+    families = sorted({family(r.model) for r in rows if r.model != "?"})
+    parts += [f"{f} {totals([r for r in rows if family(r.model) == f])}" for f in families]
+    return "compute spent (trunks once + cooldowns) of what the cells embody: " + "; ".join(parts)

@@ -31,7 +31,7 @@ RESULT_STATUSES = (STATUS_DONE, STATUS_FAILED)  # what a result.json may hold
 
 # Mappings flattened into the W&B summary as ``<name>/<entry>`` (``best`` and ``final``
 # through their metric prefixes, ``finetune`` under the fine-tuning metric's own name).
-_FLAT = ("best", "final", "finetune", "time_s", "published")
+_FLAT = ("best", "final", "finetune", "time_s", "published", "branched_from")
 
 
 @dataclass
@@ -59,10 +59,21 @@ class RunResult:
     skipped_samples: int | None = None  # distinct bad examples replaced (data.skip_bad_samples)
     skipped: list[str] = field(default_factory=list)  # which ones (the first 100)
     published: dict[str, Any] | None = None  # a published start's recipe (vitscale.published)
+    # Where its stable phase came from, when it started from another cell's run (a trunk;
+    # docs/schedules.md): {"trunk": cell id, "step": n, "exaflops": the trunk's compute to n}
+    branched_from: dict[str, Any] | None = None
 
     @property
     def done(self) -> bool:
         return self.status == STATUS_DONE
+
+    @property
+    def spent_exaflops(self) -> float | None:
+        """The compute this cell itself trained: its ``pretrain_exaflops`` (what its model
+        embodies, Fig. 5's x) less what its trunk trained for it (docs/schedules.md)."""
+        if self.pretrain_exaflops is None or not self.branched_from:
+            return self.pretrain_exaflops
+        return self.pretrain_exaflops - self.branched_from["exaflops"]
 
     @property
     def last_step(self) -> int | None:
@@ -123,7 +134,7 @@ class RunResult:
                 flat[name] = value
             elif name == "finetune":
                 flat.update({finetune_key(ds): v for ds, v in value.items()})
-            elif name == "published" and value is None:
+            elif name in ("published", "branched_from") and value is None:
                 flat[name] = None
             else:
                 prefix = {"best": BEST, "final": FINAL}.get(name, f"{name}/")
@@ -147,8 +158,9 @@ class RunResult:
                     nested[name][entry] = value
             else:
                 values[key] = value
-        data = values | {k: v for k, v in nested.items() if k != "published"}
-        data["published"] = nested["published"] or None
+        data = values | nested
+        for name in ("published", "branched_from"):
+            data[name] = nested[name] or None
         return cls.from_json(data)
 
 

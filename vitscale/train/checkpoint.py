@@ -20,7 +20,9 @@ loads flipped bytes without a word) and falls back to the checkpoint before when
 latest fails (:func:`resumable`), so two complete checkpoints are kept while a run
 trains. The older one is removed just before a new one is written, so the disk never
 holds more than two (one of them partial), as with one kept; a finished run keeps only
-its last (:func:`prune`). A full disk while writing removes the partial checkpoint and
+its last (:func:`prune`). Checkpoints at the steps a run is told to keep (``branch.keep``:
+the branch points of the cells that share its stable phase, docs/schedules.md) are never
+pruned. A full disk while writing removes the partial checkpoint and
 raises :class:`~vitscale.runfolder.DiskFullError` naming what was kept.
 """
 
@@ -51,6 +53,11 @@ class CheckpointError(RuntimeError):
 
 def _name(step: int) -> str:
     return f"{PREFIX}{step:09d}"
+
+
+def at(directory: Path, step: int) -> Path:
+    """Where the checkpoint of ``step`` is published under ``directory``."""
+    return directory / _name(step)
 
 
 def latest(directory: Path) -> Path | None:
@@ -91,13 +98,14 @@ def resumable(directory: Path) -> tuple[Path | None, list[str]]:
     return None, []
 
 
-def prune(directory: Path, *, keep: int) -> None:
-    """Remove all but the newest ``keep`` complete checkpoints (and partial ones)."""
+def prune(directory: Path, *, keep: int, pinned=()) -> None:
+    """Remove all but the newest ``keep`` complete checkpoints (and partial ones), never
+    those of the ``pinned`` steps."""
     if not directory.is_dir():
         return
     for stale in directory.glob(f"{TMP_PREFIX}{PREFIX}*"):
         shutil.rmtree(stale, ignore_errors=True)
-    found = complete(directory)
+    found = [p for p in complete(directory) if rf.checkpoint_step(p) not in pinned]
     for old in found[: max(0, len(found) - keep)]:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -207,13 +215,21 @@ def _save(obj: Any, path: Path) -> None:
 
 
 def save(
-    directory: Path, *, step: int, state: dict[str, Any], rank: int, num_processes: int, barrier
+    directory: Path,
+    *,
+    step: int,
+    state: dict[str, Any],
+    rank: int,
+    num_processes: int,
+    barrier,
+    pinned=(),
 ) -> Path:
     """Write a checkpoint for ``step`` from every process; rank 0 publishes it.
 
     ``state`` (model, optimiser, ...) is written by rank 0 only (it is replicated);
     every rank writes its own RNG state. ``barrier()`` synchronises the processes. The
-    latest complete checkpoint before this one is kept (the fallback), older ones go first.
+    latest complete checkpoint before this one is kept (the fallback), older ones go first,
+    but for the ``pinned`` steps'.
     """
     final = directory / _name(step)
     tmp = directory / f"{TMP_PREFIX}{_name(step)}"
@@ -223,7 +239,7 @@ def save(
     try:
         if rank == 0:
             directory.mkdir(parents=True, exist_ok=True)
-            prune(directory, keep=1)
+            prune(directory, keep=1, pinned=pinned)
             tmp.mkdir()
         barrier()
         _save(rng_state(), tmp / f"rng_rank{rank}.pt")

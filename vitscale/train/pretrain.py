@@ -107,6 +107,7 @@ def pretrain(run: Run) -> None:
             )
         run.step += 1
         periodic = bool(t.checkpoint_every and run.step % t.checkpoint_every == 0)
+        periodic |= run.step in run.cfg.branch.keep  # a branch point: kept for its branch
         evaluating = run.step == run.total_steps or bool(
             t.eval_every and run.step % t.eval_every == 0
         )

@@ -17,7 +17,7 @@ import torch
 
 from .. import flops
 from .. import record as rf
-from ..config import Config, ConfigError
+from ..config import Config, ConfigError, cooldown_steps
 from ..data import (
     DatasetFormatError,
     DatasetNotFoundError,
@@ -140,11 +140,21 @@ class Run:
         chooses (verifying once) and every process loads its choice: processes that chose
         alone could resume at different steps after one of them failed a read, then hang.
         Any failure to load or restore it is the cell's, recorded in result.json: an
-        unrecorded one would be submitted again by every ``vitscale grid``."""
+        unrecorded one would be submitted again by every ``vitscale grid``.
+
+        A branch (``branch.trunk``, docs/schedules.md) with no checkpoint of its own starts
+        from its trunk's at its cooldown start, as a resume would from its own: up to there
+        the two runs compute the same states. Without one (the trunk failed before it) the
+        cell runs alone, and says so."""
         latest, skipped, error = from_rank0(self.accelerator, self._choose_checkpoint())
+        branched = latest is not None and latest.parent != self.run_dir / rf.CHECKPOINTS
         if error is None and latest is not None:
             try:
-                self._restore(*checkpoint.load(latest, rank=self.rank))
+                state, rng = checkpoint.load(latest, rank=self.rank)
+                if branched:
+                    self._branch(state, rng, trunk=self.cfg.branch.trunk)
+                else:
+                    self._restore(state, rng)
             except Exception as e:  # noqa: BLE001 - every process fails with it, below
                 rank = f"rank {self.rank}: " if self.world > 1 else ""
                 error = f"{rank}{latest}: {type(e).__name__}: {e}"
@@ -158,13 +168,23 @@ class Run:
             raise checkpoint.CheckpointError(error)
         for problem in skipped:
             self.accelerator.print(f"skipped a checkpoint that cannot be resumed from: {problem}")
-        if latest is not None:
+        if branched:
+            self.accelerator.print(
+                f"branched from {latest}: the stable phase of cell {self.cfg.branch.trunk} up "
+                f"to step {self.step}; this cell's cooldown runs from there"
+            )
+        elif latest is not None:
             every = (
                 f": rank 0's choice, loaded by all {self.world} processes" if self.world > 1 else ""
             )
             self.accelerator.print(
                 f"resumed from {latest} (step {self.step}, restart {self.progress['restarts']})"
                 + every
+            )
+        elif self.cfg.branch.trunk:
+            self.accelerator.print(
+                f"note: cell {self.cfg.branch.trunk} has no checkpoint at step "
+                f"{self.cfg.branch.step} to branch from: this cell runs alone from step 0"
             )
         self.watch = Stopwatch(self.progress.get("time_s"))
 
@@ -181,6 +201,13 @@ class Run:
             return None, [], str(e)
         except Exception as e:  # noqa: BLE001 - reported in result.json, then raised
             return None, [], f"{directory}: {type(e).__name__}: {e}"
+        b = self.cfg.branch
+        if latest is None and b.trunk and not (self.run_dir / rf.RESULT).is_file():
+            trunk = checkpoint.at(self.run_dir.parent / b.trunk / rf.CHECKPOINTS, b.step)
+            if trunk.is_dir() and (problem := checkpoint.verify(trunk)) is None:
+                return trunk, skipped, None
+            if trunk.is_dir():
+                skipped.append(problem)
         return latest, skipped, None
 
     def _restore(self, state: dict[str, Any], rng: dict[str, Any] | None) -> None:
@@ -198,17 +225,47 @@ class Run:
             checkpoint.set_rng_state(rng)
         self.step = self.progress["step"]
 
+    def _branch(self, state: dict[str, Any], rng: dict[str, Any] | None, *, trunk: str) -> None:
+        """Start from the trunk's state at this cell's cooldown start: its weights, moments,
+        RNGs and data position, then this cell's own learning rate from the step on (the
+        trunk's rate there is its stable phase's). Not a restart of this cell; its record
+        says where its stable phase came from."""
+        progress = state["progress"]
+        self._restore(state, rng)
+        self.progress["restarts"] = 0
+        self.progress["branched_from"] = {
+            "trunk": trunk,
+            "step": self.step,
+            "exaflops": self.exaflops(self.step),
+            "elapsed_s": progress["elapsed_s"],
+        }
+        s = self.schedule
+        for group, base, rate in zip(
+            self.optimizer.param_groups, s.base_lrs, s.lr_lambdas, strict=True
+        ):
+            group["lr"] = base * rate(s.last_epoch)
+        s._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
     def open(self) -> None:
         """The metrics file (and W&B), the evaluator and this process's example stream,
         from the step the run resumes at."""
         pending = "pending_row" in self.progress  # its row is logged again, whole
+        resume_step = self.step - 1 if pending else self.step
         self.tracker = Tracker(
             run_dir=self.run_dir,
             config=self.resolved,
             cell_id=self.cell_id,
             enabled=self.is_main,
-            resume_step=self.step - 1 if pending else self.step,
+            resume_step=resume_step,
         )
+        if self.is_main and (branched := self.progress.get("branched_from")):
+            trunk = self.run_dir.parent / branched["trunk"] / rf.METRICS
+            mine = self.run_dir / rf.METRICS
+            logged = {r[rf.STEP] for r in rf.iter_metrics(mine)} if mine.is_file() else set()
+            until = min(resume_step, branched["step"])
+            for row in rf.iter_metrics(trunk):  # the trunk's rows up to there are this cell's
+                if row[rf.STEP] <= until and row[rf.STEP] not in logged:
+                    self.tracker.log(row)
         self.evaluator = TransferEvaluator(
             self.cfg,
             accelerator=self.accelerator,
@@ -243,6 +300,7 @@ class Run:
             rank=self.rank,
             num_processes=self.world,
             barrier=self.accelerator.wait_for_everyone,
+            pinned=self.cfg.branch.keep,
         )
 
     def evaluate(self) -> dict[str, float]:
@@ -290,6 +348,7 @@ class Run:
             skipped_samples=len(self.progress["skipped"]),
             skipped=self.progress["skipped"][:100],
             published=self.published.as_dict() if self.published else None,
+            branched_from=self.progress.get("branched_from"),
         )
 
     def first_failure(self, error: str, *, failed_step: int | None) -> tuple[str, int | None]:
@@ -339,7 +398,7 @@ class Run:
                 raise DiskFullError(disk_full_message(e, kept=kept)) from e
             self.tracker.summary(result)
             if not failed:  # the fallback checkpoint and earlier attempts' failures: done with
-                checkpoint.prune(self.run_dir / rf.CHECKPOINTS, keep=1)
+                checkpoint.prune(self.run_dir / rf.CHECKPOINTS, keep=1, pinned=self.cfg.branch.keep)
                 for note in self.run_dir.glob(rf.RANK_FAILURE.format(rank="*")):
                     note.unlink(missing_ok=True)
         self.tracker.close(failed=failed)
@@ -501,6 +560,9 @@ def _model(cfg: Config, accelerator, num_classes: int, total_steps: int) -> dict
         warmup_steps=o.warmup_steps,
         schedule=o.schedule,
         end_lr=o.end_lr,
+        cooldown=cooldown_steps(o.cooldown, total_steps),
+        cooldown_shape=o.cooldown_shape,
+        timescale=o.timescale,
     )
     prepared, optimizer = accelerator.prepare(model, optimizer)
     step = Step(
