@@ -42,7 +42,7 @@ from vitscale.data.synthetic.permuted import (
     PATCH_WORLD,
     PERCENTS,
     TASKS,
-    fractions,
+    control_worlds,
     patch_permutations,
     source_pixels,
     world_name,
@@ -86,10 +86,10 @@ def test_levels_move_their_fraction_of_pixels_and_nest():
         assert abs(len(now) - percent * n / 100) <= 4  # a few moved pixels land home
         assert len(previous - now) <= 4  # a higher level moves what a lower one moves
         previous = now
-    assert fractions() == {
-        "synthetic": 0.0,
-        **{world_name(p): p / 100 for p in PERCENTS},
-        PATCH_WORLD: None,
+    assert control_worlds() == {
+        "synthetic": (0.0, "synthetic-glyphs"),
+        **{world_name(p): (p / 100, f"{world_name(p)}-glyphs") for p in PERCENTS},
+        PATCH_WORLD: (None, f"{PATCH_WORLD}-glyphs"),
     }
 
 

@@ -70,10 +70,12 @@ def world_name(percent: int | None) -> str:
     return PATCH_WORLD if percent is None else f"{UPSTREAM}-permuted-{percent}"
 
 
-def fractions() -> dict[str, float | None]:
-    """Each world's upstream name -> the fraction of pixels it moves (``None``: sigma +
-    tau), the glyph world itself at 0: what the control's analysis reads per run."""
-    return {UPSTREAM: 0.0} | {world_name(p): None if p is None else p / 100 for p in _LEVELS}
+def control_worlds() -> dict[str, tuple[float | None, str]]:
+    """Each world's upstream name -> (the fraction of pixels it moves, ``None`` for sigma +
+    tau; its transfer task), the glyph world itself at 0: what the control's analysis
+    (:mod:`analysis.control`) reads a run's world from."""
+    worlds = {UPSTREAM: 0.0} | {world_name(p): None if p is None else p / 100 for p in _LEVELS}
+    return {w: (f, f"{w}-{TRANSFER}") for w, f in worlds.items()}
 
 
 def _tasks() -> dict[str, MovedTask]:
