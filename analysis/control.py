@@ -48,6 +48,7 @@ from .summary import _num
 
 FACTOR = 2.0  # noise units a lead or a change must exceed (registered)
 SEEDS = 3  # pre-training seeds of the points that decide (registered)
+SHOTS = 5  # the registered metric's k: the best 5-shot accuracy during training
 FAMILIES = ("ResNet", "ViT")
 
 
@@ -142,7 +143,7 @@ class Control:
 # ------------------------------------------------------------------------------ the numbers
 
 
-def summarise(frame: pd.DataFrame, *, worlds: Mapping[str, World], shots: int = 5) -> Control:
+def summarise(frame: pd.DataFrame, *, worlds: Mapping[str, World], shots: int = SHOTS) -> Control:
     """The control's points, gaps and verdicts from a cells frame (finished cells only)."""
     done = frame[(frame["status"] == STATUS_DONE) & frame["pretrain_dataset"].isin(set(worlds))]
     rows = []

@@ -40,6 +40,7 @@ synthetic-task accuracy), the paper's two panels are drawn beside ours, with a n
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -58,7 +59,10 @@ class FigureOptions:
     """How :func:`draw_figures` draws (``vitscale figures``' options, same defaults)."""
 
     out: Path
-    shots: int = 5  # k of the k-shot accuracy plotted
+    shots: int | None = None  # k of the k-shot accuracy plotted; None: the grid's first
+    settings: str = (
+        "show"  # cells differing beyond their seed: apart, or the best (analysis.settings)
+    )
     metrics: Sequence[str] | None = None  # compute figure's columns; None: those found
     group_by: str = "model"  # one line per value: data-size figure and curves
     color_by: str = "family"  # colour and frontier grouping of the compute figure
@@ -188,6 +192,15 @@ def draw_figures(
         counts = cells["status"].value_counts().to_dict()
         raise UserError(f"no finished cells to plot (statuses: {counts or 'no cells'})")
     o = options
+    from . import metrics as M
+    from . import settings as S
+
+    if o.shots is None:
+        o = dataclasses.replace(o, shots=M.default_shots(done))
+    chooser = M.grid_metric(done) or next(iter(M.fewshot_metrics(done, shots=o.shots)), None)
+    done, _, chosen = S.apply(done, select=o.settings, metric=chooser)
+    for line in chosen:
+        print(f"note: {line} (by {chooser})", file=sys.stderr)
     for option, column in (("--group-by", o.group_by), ("--color-by", o.color_by)):
         check_column(done, column, option)
     for m in o.metrics or ():

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from vitscale.record import FINAL, finetune_key, parse_fewshot_key, parse_finetune_key
+from vitscale.record import FINAL, fewshot_key, finetune_key, parse_fewshot_key, parse_finetune_key
 
 from .paper import AVERAGE_5, AVERAGE_5_DATASETS, DATASETS, dataset_name
 
@@ -35,6 +35,35 @@ def metric_order(metric: str) -> tuple:
     rank = paper_order.index(ds) if ds in paper_order else len(paper_order)
     shots = parsed[1] if (parsed := parse_fewshot_key(metric)) else 0
     return (rank, ds or metric, shots, metric)
+
+
+_FEWSHOT_SETS = "config.eval.fewshot.datasets"
+_FEWSHOT_SHOTS = "config.eval.fewshot.shots"
+FALLBACK_SHOTS = 5  # frames without the grid's configs (the paper's tables, references)
+
+
+def _listed(frame: pd.DataFrame, column: str) -> list:
+    """The first non-empty list in a config column (a grid's cells share it), or []."""
+    if column not in frame.columns:
+        return []
+    return next((list(v) for v in frame[column] if isinstance(v, tuple | list) and v), [])
+
+
+def default_shots(frame: pd.DataFrame) -> int:
+    """The shot count compared by default: 5 (the paper's headline few-shot number) when
+    the grid measures it, else its first (``eval.fewshot.shots``); 5 without configs."""
+    shots = [int(k) for k in _listed(frame, _FEWSHOT_SHOTS)]
+    return FALLBACK_SHOTS if not shots or FALLBACK_SHOTS in shots else shots[0]
+
+
+def grid_metric(frame: pd.DataFrame) -> str | None:
+    """The grid's first few-shot set at :func:`default_shots`, whatever its name (an own
+    ``imagefolder:`` set as well as ours), when any cell has a value of it."""
+    datasets = _listed(frame, _FEWSHOT_SETS)
+    if not datasets:
+        return None
+    key = fewshot_key(str(datasets[0]), default_shots(frame))
+    return key if _present(frame, key) else None
 
 
 def fewshot_metrics(frame: pd.DataFrame, *, shots: int | None = None) -> list[str]:
@@ -92,7 +121,7 @@ def add_average(frame: pd.DataFrame, metrics: Sequence[str]) -> tuple[pd.DataFra
 
 
 def resolve_metric(
-    frame: pd.DataFrame, metric: str | None, *, shots: int = 5
+    frame: pd.DataFrame, metric: str | None, *, shots: int | None = None
 ) -> tuple[pd.DataFrame, str]:
     """The column a fit reads (``vitscale fit --metric``): ``metric`` when the frame has it;
     an ``average-...`` name computed from its parts; None: the transfer metric found, or
@@ -100,6 +129,7 @@ def resolve_metric(
     :class:`~vitscale.errors.UserError` naming the metrics there are otherwise."""
     from vitscale.errors import UserError
 
+    shots = default_shots(frame) if shots is None else shots
     if metric is None:
         found = transfer_metrics(frame, shots=shots)
         if not found:

@@ -49,8 +49,16 @@ PRETRAIN_SIZES = {"ImageNet": 1_300_000, "ImageNet-21k": 14_000_000, "JFT-300M":
 
 
 def dataset_name(key: str) -> str:
-    """Display name of a transfer dataset key ("cifar10" -> "CIFAR-10"); others unchanged."""
-    return DATASETS.get(key) or OTHER_DATASETS.get(key, key)
+    """Display name of a transfer dataset key ("cifar10" -> "CIFAR-10"); an own set
+    (``imagefolder:/data/shapes``, ``shards:/data/shapes/{000..007}.tar``) by its folder's
+    name ("shapes"); others unchanged."""
+    if named := DATASETS.get(key) or OTHER_DATASETS.get(key):
+        return named
+    _, sep, path = key.partition(":")
+    parts = [p for p in path.split("/") if p] if sep else []
+    while len(parts) > 1 and any(c in parts[-1] for c in "{*?"):  # shard patterns: the folder
+        parts.pop()
+    return parts[-1] if parts else key
 
 
 def _average_5(metrics: dict[str, float]) -> float | None:

@@ -23,12 +23,14 @@ single seed the spread is not measured and :data:`NOISE_POINTS` stands in, and t
 verdict says so.
 
 Numbers only: the verdict states what was measured, whichever way it falls. By default
-the metric is the mean over transfer tasks of the best ``k``-shot accuracy during
-training (Fig. 4's early stopping). No torch import.
+the metric is the best accuracy during training (Fig. 4's early stopping) of the grid's
+first few-shot set at 5 shots (its first shot count where it measures no 5-shot);
+``--shots K`` averages every transfer task's ``K``-shot accuracy. No torch import.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +41,7 @@ import pandas as pd
 from vitscale.record import STATUS_DONE
 
 from . import metrics as M
+from . import settings as S
 from .frontier import pareto_frontier
 
 # The smallest gap change called a trend when no seed spread was measured (one seed): two
@@ -59,6 +62,10 @@ class Summary:
     by_subset: pd.DataFrame  # rows subset: best ViT/ResNet (model, mean, spread, seeds), gap
     frontier: pd.DataFrame  # largest subset: one row per (family, model, steps), on_frontier
     comparison: dict[str, Any]  # frontiers at equal compute: range, segments, crossings
+    # settings: what differs between cells of one model, subset and duration besides the
+    # seed (analysis.settings), and, with "best", the setting kept for each
+    settings: list[str] = dataclasses.field(default_factory=list)
+    chosen: list[str] = dataclasses.field(default_factory=list)
 
     def table(self) -> pd.DataFrame:
         """The Fig. 4 cells as text, ``mean ± spread`` (``mean`` alone for one seed):
@@ -150,6 +157,7 @@ class Summary:
         return {
             "metric": self.metric,
             "fig4_steps": self.steps,
+            "settings": {"differing_keys": self.settings, "best_chosen": self.chosen},
             "subsets": subsets,
             "gap_change": {k: _num(v) for k, v in change.items()} if change else None,
             "frontier": frontier,
@@ -171,6 +179,18 @@ class Summary:
             f"{self.steps:,} steps, {'/'.join(map(str, seeds))} seed(s) per cell, "
             "mean ± spread (max - min over seeds)"
         ]
+        if self.chosen:
+            out.append(
+                f"settings: cells differ in {', '.join(self.settings)} besides their seed; the "
+                "best setting of each model, subset and duration is kept (seed mean):"
+            )
+            out += [f"  {line}" for line in self.chosen]
+        elif self.settings:
+            out.append(
+                f"settings: cells differ in {', '.join(self.settings)} besides their seed; each "
+                "setting is its own row (its values after the model's name), never averaged "
+                "(--settings best keeps the best of each)"
+            )
         change = self.gap_change
         if change is not None:
             small = self.by_subset.loc[change["smallest"]]
@@ -398,13 +418,31 @@ def compare_frontiers(frontier: pd.DataFrame) -> dict[str, Any]:
     return {"range": [lo, hi], "segments": segments, "crossings": crossings}
 
 
-def summarise(frame: pd.DataFrame, *, metric: str | None = None, shots: int = 5) -> Summary:
-    """Summarise a cells frame (:func:`vitscale.record.cells.load_runs`); finished cells only."""
+def summarise(
+    frame: pd.DataFrame,
+    *,
+    metric: str | None = None,
+    shots: int | None = None,
+    settings: str = "show",
+) -> Summary:
+    """Summarise a cells frame (:func:`vitscale.record.cells.load_runs`); finished cells only.
+
+    The metric: ``metric``; else, with ``shots``, the mean over transfer tasks of the best
+    ``shots``-shot accuracy; else the grid's first few-shot set
+    (:func:`analysis.metrics.grid_metric`). Cells that differ in more than their seed are
+    kept apart or the best chosen (``settings``, :mod:`analysis.settings`)."""
     done = frame[frame["status"] == STATUS_DONE]
+    if metric is None and shots is None:
+        metric = M.grid_metric(done)
     if metric is None:
-        found = M.fewshot_metrics(done, shots=shots)
+        k = M.default_shots(done) if shots is None else shots
+        found = M.fewshot_metrics(done, shots=k)
         if not found:
-            raise ValueError(f"no {shots}-shot few-shot metrics in the finished cells")
+            present = ", ".join(M.fewshot_metrics(done)) or "none"
+            raise ValueError(
+                f"no {k}-shot few-shot metrics in the finished cells (few-shot metrics: "
+                f"{present}); give --metric COLUMN or --shots K"
+            )
         done, metric = M.add_average(done, found) if len(found) > 1 else (done, found[0])
     if metric not in done.columns:
         try:  # an average named by its parts, "average(a, b, ...)"
@@ -417,6 +455,7 @@ def summarise(frame: pd.DataFrame, *, metric: str | None = None, shots: int = 5)
     done = done[done[metric].notna() & done["num_examples"].notna()].copy()
     if done.empty:
         raise ValueError(f"no finished cell has a value of {metric!r}")
+    done, differing, chosen = S.apply(done, select=settings, metric=metric)
     if "steps" not in done.columns or done["steps"].isna().all():
         done["steps"] = 0  # cells from sources without a duration: one duration
     done["steps"] = done["steps"].fillna(0).astype(int)
@@ -433,4 +472,6 @@ def summarise(frame: pd.DataFrame, *, metric: str | None = None, shots: int = 5)
         by_subset=_by_subset(fig4),
         frontier=frontier,
         comparison=compare_frontiers(frontier),
+        settings=differing,
+        chosen=chosen,
     )

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from vitscale import record as rf
 from vitscale.cli import main
 from vitscale.grid.cellrun import cell_lock, run_cell
-from vitscale.grid.plan import plan, prepare
+from vitscale.grid.plan import plan, prepare, retry_hint
 from vitscale.grid.spec import load_grid
 
 from .helpers.configs import tiny_config
@@ -181,7 +181,7 @@ def test_data_and_resources_are_checked_before_anything_runs(tmp_path, capsys):
     assert (
         "block 'transfer': eval.finetune: cifar10: missing cifar-10-batches-py/batches.meta" in err
     )
-    assert "resources: gpus=8 on 1 node(s) but profile 'small' has 4 GPUs per node" in err
+    assert "resources.default: gpus=8 on 1 node(s) but profile 'small' has 4 GPUs per node" in err
     assert "time=24:00:00 exceeds profile 'small' limit 04:00:00" in err
     assert not (tmp_path / "runs").exists()
 
@@ -263,7 +263,30 @@ def test_failed_cells_are_retried_up_to_the_configured_count(tmp_path):
     prepare(again)  # the failure is kept beside, under its attempt number
     assert rf.read_json(first.run_dir / "result.failed-1.json")["failed_step"] == 3
     rf.write_json_atomic(first.run_dir / rf.RESULT, failed)
-    assert plan(g, runs)[0].action == "skip-failed"
+    stuck = plan(g, runs)
+    assert stuck[0].action == "skip-failed"
+    hint = retry_hint(stuck, grid_path=g.path, runs=runs / "tiny")
+    assert "1 cell(s) failed and have no retries left" in hint and "--retry-failed" in hint
+    again = plan(g, runs, retry_failed=True)[0]
+    assert (again.action, again.note) == ("submit", "retry 2 (--retry-failed)")
+
+
+def test_a_rerun_brings_operational_keys_to_the_cell(tmp_path):
+    """A key left out of the cell id (data.skip_bad_samples) changed in the grid reaches a
+    cell whose config.json exists, which then resumes with it; the rest is untouched."""
+    path = _write(tmp_path, _tiny_grid())
+    runs = tmp_path / "runs"
+    first = plan(load_grid(path), runs)[0]
+    assert prepare(first) == []
+    recorded = rf.read_json(first.run_dir / rf.CONFIG)
+    recorded["train"]["total_steps"] = 4  # what the trainer adds
+    rf.write_json_atomic(first.run_dir / rf.CONFIG, recorded)
+    again = plan(load_grid(path, overrides=["data.skip_bad_samples=2"]), runs)[0]
+    assert again.cell.id == first.cell.id
+    assert prepare(again) == ["data.skip_bad_samples: 0 -> 2"]
+    config = rf.read_json(first.run_dir / rf.CONFIG)
+    assert config["data"]["skip_bad_samples"] == 2 and config["train"]["total_steps"] == 4
+    assert prepare(again) == []
 
 
 def test_a_held_cell_is_neither_planned_nor_run_twice(tmp_path, capsys):

@@ -328,11 +328,10 @@ def test_two_cpu_processes_match_one(tmp_path):
         )
         assert done.returncode == 0, done.stderr[-3000:]
         runs[procs] = run
-        seen[procs] = [
-            json.loads(line.split(" ", 1)[1])
-            for line in done.stdout.splitlines()
-            if line.startswith("LAUNCHED ")
-        ]
+        # torchrun interleaves the ranks' output: another rank's line may follow a report
+        # on the same line, so each report is read as the JSON object that starts there
+        decode = json.JSONDecoder().raw_decode
+        seen[procs] = [decode(part)[0] for part in done.stdout.split("LAUNCHED ")[1:]]
         assert len(seen[procs]) == procs, done.stdout
     result = rf.read_json(runs[2] / rf.RESULT)
     assert result["num_processes"] == 2  # a silent single-process fallback fails here

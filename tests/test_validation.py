@@ -220,8 +220,10 @@ def test_a_bad_value_is_one_line_and_exit_code_2(case, tmp_path, capsys):
 def test_intervals_longer_than_the_run_are_allowed_and_said(tmp_path, capsys):
     train = _config(train={"eval_every": 100, "checkpoint_every": 50, "log_every": 13})
     assert main(["train", _write(tmp_path, train), "--dry-run"]) == 0
-    err = capsys.readouterr().err
-    assert err.splitlines() == [
+    *err, recipe = capsys.readouterr().err.splitlines()
+    assert recipe.startswith("note: recipe 'synthetic', chosen for synthetic, sets ")
+    assert "optim.lr=0.001" in recipe and "(set any of them, or recipe: " in recipe
+    assert err == [
         "note: train.eval_every: 100 is longer than the run (12 steps): it evaluates at the "
         "end only",
         "note: train.checkpoint_every: 50 is longer than the run (12 steps): it checkpoints at "
@@ -233,8 +235,18 @@ def test_intervals_longer_than_the_run_are_allowed_and_said(tmp_path, capsys):
     notes = capsys.readouterr().err.splitlines()
     assert notes == [  # once, not once per cell
         "note: train.eval_every: 1,000 is longer than the run (12 steps): it evaluates at the "
-        "end only"
+        "end only",
+        recipe,
     ]
+
+
+def test_a_recipe_is_said_once_per_grid_with_the_values_that_differ_between_cells(capsys):
+    """The paper's Fig. 5 grid: the jft recipe's learning rate differs per model; one note
+    lists them, not one note per learning rate."""
+    assert main(["grid", "experiments/fig5_compute.yaml", "--dry-run"]) == 0
+    notes = [n for n in capsys.readouterr().err.splitlines() if "recipe 'jft'" in n]
+    assert len(notes) == 1, notes
+    assert "optim.lr=0.0008|0.0006|0.0004|0.001|0.0002|0.0003" in notes[0]
 
 
 def test_the_real_entry_point_says_it_in_one_line(tmp_path):
@@ -252,3 +264,32 @@ def test_the_real_entry_point_says_it_in_one_line(tmp_path):
         "examples than synthetic holds (1,000,000,000); allowed: a count up to 1,000,000,000 "
         "or a fraction in (0, 1]"
     ]
+
+
+def test_grid_problems_are_blamed_on_the_key_that_caused_them_once(tmp_path, capsys):
+    """A typo in base:, one in the top-level axes: and one in --set, in a grid of two
+    blocks: each is said once, at its own place, not once per block as 'block ...'."""
+    grid = {
+        "name": "typo",
+        "base": {"data": {"dataset": "synthetic"}, "optim": {"lrr": 1e-3}},
+        "axes": {"seed": [0, 1], "optim.warmup_step": [5]},
+        "blocks": [
+            {"name": "vit", "axes": {"model.name": ["ViT-Femto/8"]}},
+            {"name": "resnet", "axes": {"model.name": ["BiT-R11x0.5"]}},
+        ],
+    }
+    path = _write(tmp_path, grid)
+    args = ["grid", path, "--dry-run", "--set", "optim.weight_decy=0.1"]
+    assert main(args) == 2
+    lines = capsys.readouterr().err.removeprefix("error: ").splitlines()
+    assert len(lines) == 4, lines
+    assert lines[3] == (  # no duration anywhere: a rule, said once for the grid
+        f"{path}: train: give the duration exactly once as train.steps, train.epochs or "
+        "train.examples (got none)"
+    )
+    assert f"{path}: base: unknown key 'optim.lrr'; did you mean optim.lr?" in lines
+    assert any(s.startswith(f"{path}: axes: unknown key 'optim.warmup_step'") for s in lines)
+    assert (
+        "--set optim.weight_decy=0.1: unknown key 'optim.weight_decy'; did you mean "
+        "optim.weight_decay?"
+    ) in lines

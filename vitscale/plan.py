@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .config import Config, ConfigError, cell_id, to_steps, validate
+from .config.recipes import RECIPES, choose
 from .config.rules import launch_problems, length_checks, subset_checks
 from .data import check_available, known_size
 
@@ -33,6 +34,12 @@ class Plan:
     notes: tuple[str, ...]  # allowed, and said: intervals longer than the run
     num_processes: int | None  # the launch checked; None: not known yet
     source: str | None = None  # the file the config came from: messages name it
+    from_recipe: dict = dataclasses.field(default_factory=dict)  # values its recipe filled
+
+    @property
+    def recipe_note(self) -> str | None:
+        """The values the recipe filled, in one line (the grid prints it once)."""
+        return recipe_note(self.config, self.from_recipe) if self.from_recipe else None
 
     def with_num_examples(self, n: int) -> Plan:
         """This plan once the subset is read and holds ``n`` examples: its length in
@@ -66,9 +73,9 @@ def plan(
     there. ``extra_checks``: the caller's own checks of the resolved config (the grid's:
     a cell's resources on the cluster profile), reported with the rest.
     """
-    cfg, problems = validate(config, overrides=overrides)
+    cfg, problems, from_recipe = validate(config, overrides=overrides)
     if problems:  # the rest needs valid values
-        raise ConfigError(problems, source)
+        raise ConfigError(_name_recipe(problems, cfg, from_recipe), source)
     num_examples, problems = subset_checks(cfg, dataset_size=dataset_size(cfg))
     total_steps, length_problems, notes = _length(cfg, num_examples=num_examples)
     processes = num_processes(cfg) if callable(num_processes) else num_processes
@@ -76,8 +83,47 @@ def plan(
     problems += _data_problems(cfg) if check_data else []
     problems += extra_checks(cfg) if extra_checks else []
     if problems:
-        raise ConfigError(list(dict.fromkeys(problems)), source)
-    return Plan(cfg, cell_id(cfg), num_examples, total_steps, notes, processes, source)
+        problems = _name_recipe(list(dict.fromkeys(problems)), cfg, from_recipe)
+        raise ConfigError(problems, source)
+    return Plan(cfg, cell_id(cfg), num_examples, total_steps, notes, processes, source, from_recipe)
+
+
+def _recipe_source(cfg: Config) -> str:
+    return f"recipe {cfg.recipe!r}" + (
+        "" if cfg.recipe != choose(cfg.data.dataset) else f", chosen for {cfg.data.dataset}"
+    )
+
+
+def recipe_note(cfg: Config, from_recipe: dict) -> str:
+    """The values a recipe filled, in one line."""
+    return recipe_notes([(cfg, from_recipe)])[0]
+
+
+def recipe_notes(filled: list[tuple[Config, dict]]) -> list[str]:
+    """One line per recipe applied across configs (a grid's cells): a key whose value
+    differs between cells (the jft recipe's lr per model) lists its values, a|b."""
+    by_source: dict[str, dict[str, dict]] = {}
+    for cfg, from_recipe in filled:
+        keys = by_source.setdefault(_recipe_source(cfg), {})
+        for key, value in from_recipe.items():
+            keys.setdefault(key, {})[value] = None
+    return [
+        f"{source}, sets "
+        + ", ".join(f"{k}={'|'.join(map(str, v))}" for k, v in sorted(keys.items()))
+        + f" (set any of them, or recipe: {'|'.join(RECIPES)}, to change it)"
+        for source, keys in by_source.items()
+    ]
+
+
+def _name_recipe(problems: list[str], cfg: Config, from_recipe: dict) -> list[str]:
+    """A problem with a value the user never wrote says where it came from: its recipe."""
+    out = []
+    for problem in problems:
+        key = problem.split(":", 1)[0]
+        if key in from_recipe:
+            problem += f" (the value of {_recipe_source(cfg)}: set {key} yourself)"
+        out.append(problem)
+    return out
 
 
 def dataset_size(cfg: Config) -> int | None:

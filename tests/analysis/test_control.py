@@ -193,6 +193,7 @@ def test_summary_and_figures_give_the_control_from_run_folders(tmp_path, capsys)
     assert _run("summary", [str(tmp_path / "control")]) == 0
     out = capsys.readouterr().out
     assert "sigma + tau" in out and "H2 (at some f" in out
+    assert "dataset=" not in out  # a world is the point's pre-training set, not a setting
     with pytest.raises(Exception, match="the control's metric is registered"):
         _run("summary", [str(tmp_path / "control"), "--metric", "upstream/top1"])
     figures = tmp_path / "figures"

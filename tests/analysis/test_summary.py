@@ -273,3 +273,43 @@ def test_the_verdict_can_read_an_average_of_chosen_tasks():
     assert row["ViT"] == pytest.approx(51.0) and row["ResNet"] == pytest.approx(70.5)
     with pytest.raises(ValueError, match="or 'average"):
         summarise(frame, metric="average(fewshot/nope/5shot)")
+
+
+def test_two_learning_rates_are_two_settings_never_averaged_as_seeds():
+    """A grid with optim.lr [1e-3, 3e-3] x seed [0, 1]: each (model, subset) has two
+    settings of two seeds, not four seeds. The spread is the seed spread (0.4), never the
+    learning rate's effect (20 points); ``settings="best"`` keeps the better lr and says so."""
+    shapes = fewshot_key("imagefolder:/data/shapes", 5)
+    rows = []
+    for model, (family, _) in MODELS.items():
+        for n in (100, 1000):
+            for lr, gain in ((1e-3, 0.0), (3e-3, 20.0)):
+                for seed in (0, 1):
+                    rows.append(
+                        {
+                            "status": "done",
+                            "model": model,
+                            "family": family,
+                            "num_examples": n,
+                            "steps": 100,
+                            "exaflops": 1.0,
+                            "config.seed": seed,
+                            "config.optim.lr": lr,
+                            "config.eval.fewshot.datasets": ("imagefolder:/data/shapes",),
+                            "config.eval.fewshot.shots": (5, 10),
+                            shapes: (60.0 if family == "ResNet" else 30.0) + gain + 0.4 * seed,
+                        }
+                    )
+    frame = pd.DataFrame(rows)
+    shown = summarise(frame)  # the own set's 5-shot metric is found by default
+    assert shown.metric == shapes
+    assert set(shown.cells.seeds) == {2}
+    assert np.allclose(shown.cells.spread, 0.4)
+    assert "ViT-Pico/4 lr=0.003" in set(shown.cells.model)
+    assert shown.to_dict()["settings"]["differing_keys"] == ["optim.lr"]
+    assert any("differ in optim.lr besides their seed" in line for line in shown.lines())
+    best = summarise(frame, settings="best")
+    assert set(best.cells.seeds) == {2} and np.allclose(best.cells.spread, 0.4)
+    assert set(best.cells.model) == set(MODELS)  # one setting each, the better one
+    assert best.cells["mean"].min() == pytest.approx(50.2)
+    assert "ViT-Pico/4 at 100 images: best of 2 lr settings: lr=0.003" in best.chosen

@@ -34,6 +34,12 @@ def configure_grid(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--runs", default="runs", help="root of the run folders (default: runs)")
     p.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="run again the failed cells that have used their retries (the grid's "
+        "`retries:`, default 1): after fixing what failed them",
+    )
+    p.add_argument(
         "--stop-timeout",
         type=float,
         default=None,
@@ -66,13 +72,18 @@ def run_grid(args: argparse.Namespace) -> int:
             overrides=args.overrides,
             wait=args.wait,
             stop_timeout=args.stop_timeout,
+            retry_failed=args.retry_failed,
         )
 
 
 def configure_status(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", help="run folders, grid folders or a runs/ directory")
     p.add_argument(
-        "--shots", type=int, default=5, help="few-shot column: best k-shot accuracy (default 5)"
+        "--shots",
+        type=int,
+        default=None,
+        help="few-shot column: the mean over a cell's transfer sets of its best K-shot "
+        "accuracy (default: its first set at its first shot count)",
     )
     p.add_argument("--json", action="store_true")
 

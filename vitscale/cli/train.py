@@ -46,8 +46,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = planned.config
     workdir = args.workdir or f"runs/{cfg.grid or 'adhoc'}/{planned.cell_id}"
     if args.dry_run:  # a run says its notes itself, once its length is known
-        for note in planned.notes:
-            print(f"note: {note}", file=sys.stderr)
+        for note in (*planned.notes, planned.recipe_note):
+            if note:
+                print(f"note: {note}", file=sys.stderr)
         print(
             json.dumps(cfg.to_dict() | {"cell_id": planned.cell_id, "workdir": workdir}, indent=2)
         )

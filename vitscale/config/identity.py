@@ -12,6 +12,7 @@ import hashlib
 import json
 
 from .load import get_key, pop_key
+from .recipes import choose
 from .schema import Config
 
 # Keys that change how a run is operated, not what it computes: left out of the cell id
@@ -54,6 +55,11 @@ HASHED_WHEN_SET = (
     "eval.fewshot.width",
 )
 
+# Keys added after cells were run, with a default that computes what those cells did
+# (data.holdout: they all had a test folder): hashed only when they differ from it, so
+# the value used is in every resolved config and old cells keep their ids.
+HASHED_UNLESS_DEFAULT = ("data.holdout",)
+
 
 def cell_id(config: Config | dict, *, length: int = 10) -> str:
     """Short stable hash of everything that determines a run's results.
@@ -62,10 +68,17 @@ def cell_id(config: Config | dict, *, length: int = 10) -> str:
     left out.
     """
     d = config.to_dict() if isinstance(config, Config) else copy.deepcopy(config)
+    dataset = get_key(d, "data.dataset")
+    if isinstance(dataset, str) and d.get("recipe") == choose(dataset):
+        d["recipe"] = None  # the dataset's own recipe, named or not: hashed as before it was named
     for key in (*OPERATIONAL_KEYS, *DERIVED_KEYS):
         pop_key(d, key)
     for key in HASHED_WHEN_SET:  # null or missing alike: left out
         if get_key(d, key) is None:
+            pop_key(d, key)
+    defaults = Config().to_dict()
+    for key in HASHED_UNLESS_DEFAULT:
+        if get_key(d, key) in (None, get_key(defaults, key)):
             pop_key(d, key)
     blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:length]

@@ -3,8 +3,11 @@
 A recipe fills only the keys a config leaves unset. Which recipe applies is ``recipe:``
 in the config, or else follows the pre-training dataset: ``imagenet`` -> ImageNet,
 multi-label sets (``multilabel:...``) -> JFT-300M, ``synthetic`` -> our CPU recipe,
-``scenes`` -> the same with the sigmoid loss (multi-label), anything else -> the
-ImageNet-21k one (single-label, 0.1 dropout). Imports no torch.
+``scenes`` -> the same with the sigmoid loss (multi-label), an own single-label set
+(``imagefolder:...``, ``shards:...``) -> ``small``, one a small set can run (the CPU
+recipe's values: batch 256, 50 warm-up steps), anything else -> the ImageNet-21k one
+(single-label, 0.1 dropout). The resolved config names the recipe applied, and
+:func:`vitscale.plan.plan` says which values it filled. Imports no torch.
 """
 
 from __future__ import annotations
@@ -34,6 +37,14 @@ _BY_RECIPE = {
     },
     # Ours: CPU-sized runs on the synthetic set (the demo and tests).
     "synthetic": {
+        "model": {"dropout": 0.0},
+        "train": {"batch_size": 256, "loss": "softmax"},
+        "optim": {"lr": 1e-3, "weight_decay": 0.1, "schedule": "linear", "warmup_steps": 50},
+    },
+    # Ours: an own single-label set (imagefolder:, shards:) of any size: values a few
+    # thousand images and a few hundred steps can run (the synthetic recipe's); a paper-scale
+    # set names its paper recipe (recipe: imagenet21k) instead.
+    "small": {
         "model": {"dropout": 0.0},
         "train": {"batch_size": 256, "loss": "softmax"},
         "optim": {"lr": 1e-3, "weight_decay": 0.1, "schedule": "linear", "warmup_steps": 50},
@@ -75,6 +86,7 @@ def jft_lr(model: str) -> float:
 
 
 def choose(dataset: str) -> str:
+    """The recipe a pre-training ``dataset`` gets when the config names none."""
     if dataset == "imagenet":
         return "imagenet"
     if dataset.startswith("multilabel:"):
@@ -85,6 +97,8 @@ def choose(dataset: str) -> str:
         return "scenes"
     if dataset.startswith("scenes-"):
         return "synthetic"  # a single-label scenes task (transfer), trained from scratch
+    if dataset.startswith(("imagefolder:", "shards:")):
+        return "small"
     return "imagenet21k"
 
 

@@ -320,7 +320,8 @@ class _Pool:
                 except queue.Empty:
                     return None
                 try:
-                    prepare(item)
+                    for change in prepare(item):
+                        tqdm.write(f"{_label(item)}: config.json: {change}")
                     worker.start(item)
                     return item
                 except OSError as e:

@@ -3,9 +3,15 @@
 - done: skipped, never run again;
 - running (a process holds its lock) or queued (its SLURM job is still pending): skipped;
 - failed: rerun while it has retries left (the failed result.json is kept beside as
-  ``result.failed-<n>.json``), else skipped and reported;
+  ``result.failed-<n>.json``), else skipped and reported, with how to retry it
+  (``--retry-failed`` gives every failed cell one more attempt);
 - otherwise (never started, or interrupted with a checkpoint): submitted; an interrupted
   cell resumes from its checkpoint.
+
+A cell that runs again takes the grid's current values of the keys that change how it runs,
+not what it computes (:data:`vitscale.config.identity.OPERATIONAL_KEYS`, left out of its
+id): raising ``data.skip_bad_samples`` after a bad example stopped it, or moving
+``data.root``, reaches the cell's config.json, and it resumes with them.
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import record as rf
+from ..config import set_key
+from ..config.identity import OPERATIONAL_KEYS
+from ..config.load import get_key
 from .cellrun import is_locked
 from .spec import Cell, Grid
 
@@ -40,8 +49,11 @@ def failed_attempts(run_dir: Path) -> int:
     return len(list(run_dir.glob(FAILED_RESULT.format(n="*"))))
 
 
-def plan(grid: Grid, runs_root: Path, *, is_queued=lambda run_dir: False) -> list[Planned]:
-    """Decide each cell's action; ``is_queued(run_dir)`` asks the scheduler (SLURM)."""
+def plan(
+    grid: Grid, runs_root: Path, *, is_queued=lambda run_dir: False, retry_failed: bool = False
+) -> list[Planned]:
+    """Decide each cell's action; ``is_queued(run_dir)`` asks the scheduler (SLURM);
+    ``retry_failed``: a failed cell with no retries left runs once more."""
     out = []
     for cell in grid.cells:
         run_dir = runs_root / grid.name / cell.id
@@ -62,6 +74,8 @@ def plan(grid: Grid, runs_root: Path, *, is_queued=lambda run_dir: False) -> lis
             attempts = failed_attempts(run_dir) + 1
             if attempts <= grid.retries:
                 out.append(Planned(cell, run_dir, "submit", f"retry {attempts}/{grid.retries}"))
+            elif retry_failed:
+                out.append(Planned(cell, run_dir, "submit", f"retry {attempts} (--retry-failed)"))
             else:
                 out.append(Planned(cell, run_dir, "skip-failed", f"failed {attempts} times"))
         else:
@@ -69,13 +83,39 @@ def plan(grid: Grid, runs_root: Path, *, is_queued=lambda run_dir: False) -> lis
     return out
 
 
-def prepare(planned: Planned) -> None:
-    """Make a cell's run folder ready to run: config.json written, a failure set aside."""
+def prepare(planned: Planned) -> list[str]:
+    """Make a cell's run folder ready to run: config.json written, or its operational keys
+    brought up to the grid's (module docstring), a failure set aside. Returns what changed
+    in config.json, one ``key: old -> new`` each."""
     run_dir = planned.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     result = run_dir / rf.RESULT
     if result.is_file():  # a failure being retried: keep it, under its attempt number
         result.rename(run_dir / FAILED_RESULT.format(n=failed_attempts(run_dir) + 1))
     config = run_dir / rf.CONFIG
+    wanted = planned.cell.config.to_dict() | {"cell_id": planned.cell.id}
     if not config.is_file():
-        rf.write_json_atomic(config, planned.cell.config.to_dict() | {"cell_id": planned.cell.id})
+        rf.write_json_atomic(config, wanted)
+        return []
+    recorded = rf.read_json(config)
+    changed = []
+    for key in OPERATIONAL_KEYS:
+        old, new = get_key(recorded, key), get_key(wanted, key)
+        if old != new:
+            changed.append(f"{key}: {old!r} -> {new!r}")
+            set_key(recorded, key, new)
+    if changed:
+        rf.write_json_atomic(config, recorded)
+    return changed
+
+
+def retry_hint(planned: list[Planned], *, grid_path: Path, runs: Path) -> str | None:
+    """How to run the failed cells that have no retries left, or None when there are none."""
+    stuck = [p for p in planned if p.action == "skip-failed"]
+    if not stuck:
+        return None
+    return (
+        f"{len(stuck)} cell(s) failed and have no retries left: `vitscale status {runs}` shows "
+        f"each error; fix its cause, then `vitscale grid {grid_path} --retry-failed` runs them "
+        "again (a change to an operational key, e.g. --set data.skip_bad_samples=N, reaches them)"
+    )

@@ -42,6 +42,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -51,7 +52,7 @@ from .. import record as rf
 from ..record import LOG
 from .cellrun import EXIT_OK, EXIT_PREEMPTED, is_done
 from .local import cell_command
-from .plan import JOB_FILE, Planned, plan, prepare, summary
+from .plan import JOB_FILE, Planned, plan, prepare, retry_hint, summary
 from .profile import Profile, Shape, SlurmError, shape_for
 from .spec import Grid
 
@@ -335,7 +336,8 @@ def submit_cells(
     try:
         with executor.batch():
             for item in planned:
-                prepare(item)
+                for change in prepare(item):
+                    print(f"  {item.cell.id}: config.json: {change}")
                 job = CellJob(
                     item.run_dir.resolve(),
                     cpus_per_task=shape.cpus_per_task,
@@ -350,17 +352,22 @@ def submit_cells(
     return ids
 
 
-def submit(grid: Grid, *, runs_root: Path, profile: Profile) -> int:
-    """Submit the grid's cells that are neither done, running nor queued; returns an exit code."""
-    planned = plan(grid, runs_root, is_queued=is_queued)
+def submit(grid: Grid, *, runs_root: Path, profile: Profile, retry_failed: bool = False) -> int:
+    """Submit the grid's cells that are neither done, running nor queued; returns an exit
+    code: 1 when failed cells with no retries left were skipped (the hint says how to
+    retry them)."""
+    planned = plan(grid, runs_root, is_queued=is_queued, retry_failed=retry_failed)
     print(f"grid {grid.name!r}: {summary(planned)}")
     for p in planned:
         if p.action == "skip-failed":
             print(f"  {p.cell.id}: {p.note}; see {p.run_dir / rf.RESULT}")
+    hint = retry_hint(planned, grid_path=grid.path, runs=runs_root / grid.name)
     todo = [p for p in planned if p.action == "submit"]
     if not todo:
         print("nothing to submit")
-        return 0
+        if hint:
+            print(f"error: {hint}", file=sys.stderr)
+        return 1 if hint else 0
     groups: dict[Shape, list[Planned]] = {}
     for p in todo:
         where = f"{grid.path}: block {p.cell.block!r}: resources"
@@ -377,7 +384,9 @@ def submit(grid: Grid, *, runs_root: Path, profile: Profile) -> int:
     print(
         f"logs: {folder}/<job id>/ and <run>/{LOG}; follow with: vitscale status {runs_root / grid.name}"
     )
-    return 0
+    if hint:
+        print(f"error: {hint}", file=sys.stderr)
+    return 1 if hint else 0
 
 
 # --------------------------------------------------------------------------- job state

@@ -34,11 +34,20 @@ class CellRow:
     status: str
     last_step: int | None
     total_steps: int | None
-    best_fewshot: float | None  # mean over transfer datasets of the best k-shot accuracy
+    best_fewshot: float | None  # the best few-shot accuracy: see _best_fewshot
     note: str
+    setting: str = ""  # what sets it apart from other cells of its model, subset, steps
 
 
-def _mean_best(best: dict[str, float], shots: int) -> float | None:
+def _best_fewshot(best: dict[str, float], config: dict, shots: int | None) -> float | None:
+    """With ``shots``, the mean over transfer datasets of the best ``shots``-shot accuracy;
+    without, the best accuracy on the cell's first few-shot set at 5 shots, or its first
+    shot count where it measures no 5-shot (what ``vitscale summary`` compares by default)."""
+    if shots is None:
+        fewshot = _section(_section(config, "eval"), "fewshot")
+        sets, counts = fewshot.get("datasets") or [], fewshot.get("shots") or []
+        k = 5 if 5 in counts else counts[0] if counts else None  # analysis.metrics.default_shots
+        return best.get(rf.fewshot_key(sets[0], k)) if sets and k else None
     values = [
         v for k, v in best.items() if (parsed := rf.parse_fewshot_key(k)) and parsed[1] == shots
     ]
@@ -52,7 +61,7 @@ def _section(config: dict, name: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def cell_row(run_dir: Path, *, shots: int = 5, job_state=None, job_note=None) -> CellRow:
+def cell_row(run_dir: Path, *, shots: int | None = None, job_state=None, job_note=None) -> CellRow:
     state = cell_state(run_dir)
     config = rf.read_json(run_dir / rf.CONFIG)
     if not isinstance(config, dict):
@@ -89,11 +98,11 @@ def cell_row(run_dir: Path, *, shots: int = 5, job_state=None, job_note=None) ->
         grid=str(config.get("grid") or run_dir.parent.name),
         cell_id=run_dir.name,
         model=str(_section(config, "model").get("name") or "?"),
-        subset=str(_section(config, "data").get("subset")),
+        subset=str(_section(config, "data").get("subset") or "all"),
         status=status,
         last_step=state.last_step,
         total_steps=_section(config, "train").get("total_steps"),
-        best_fewshot=_mean_best(state.best, shots),
+        best_fewshot=_best_fewshot(state.best, config, shots),
         note=note,
     )
 
@@ -108,20 +117,44 @@ def _resumes(run_dir: Path, state) -> str:
 
 
 def collect(
-    paths: list[Path], *, shots: int = 5, job_state=None, job_note=None
+    paths: list[Path], *, shots: int | None = None, job_state=None, job_note=None
 ) -> tuple[list[CellRow], list[str]]:
     folders, problems = find_run_folders(paths)
-    rows = []
+    rows, read = [], []
     for folder in folders:
         try:
             rows.append(cell_row(Path(folder), shots=shots, job_state=job_state, job_note=job_note))
+            read.append(Path(folder))
         except (RunFolderError, OSError, ValueError, KeyError) as e:
             problems.append(f"{folder}: {e}")
-    return rows, [str(p) for p in problems]
+    return _with_settings(rows, read), [str(p) for p in problems]
 
 
-def format_table(rows: list[CellRow], *, shots: int = 5) -> str:
-    head = f"{'grid':<16} {'cell':<10} {'model':<16} {'subset':>8} {'status':<8} {'step':>13} {f'{shots}-shot':>7}  note"
+def _with_settings(rows: list[CellRow], folders: list[Path]) -> list[CellRow]:
+    """Each row's setting (:mod:`analysis.settings`): the config keys, besides the seed,
+    in which it differs from the other cells of its grid, model, subset and steps."""
+    import dataclasses
+
+    import pandas as pd
+
+    from analysis import settings
+
+    if not rows:
+        return rows
+    configs = [rf.read_json(folder / rf.CONFIG) for folder in folders]
+    flat = pd.json_normalize(configs, sep=".")
+    points = pd.DataFrame(
+        [(r.grid, r.model, r.subset, str(r.total_steps)) for r in rows], index=flat.index
+    )
+    labels = settings.labels(flat, points)
+    return [dataclasses.replace(r, setting=s) for r, s in zip(rows, labels, strict=True)]
+
+
+def format_table(rows: list[CellRow], *, shots: int | None = None) -> str:
+    fewshot = f"{shots}-shot" if shots else "k-shot"
+    models = {r: f"{r.model} {r.setting}" if r.setting else r.model for r in rows}
+    w = max([16, *map(len, models.values())])
+    head = f"{'grid':<16} {'cell':<10} {'model':<{w}} {'subset':>8} {'status':<8} {'step':>13} {fewshot:>7}  note"
     lines = [head, "-" * len(head)]
     for r in sorted(rows, key=lambda r: (r.grid, STATUS_ORDER.index(r.status), r.model, r.subset)):
         step = (
@@ -131,9 +164,14 @@ def format_table(rows: list[CellRow], *, shots: int = 5) -> str:
         )
         acc = "" if r.best_fewshot is None else f"{100 * r.best_fewshot:.1f}%"
         lines.append(
-            f"{r.grid:<16} {r.cell_id:<10} {r.model:<16} {r.subset:>8} {r.status:<8} {step:>13} {acc:>7}  {r.note}"
+            f"{r.grid:<16} {r.cell_id:<10} {models[r]:<{w}} {r.subset:>8} {r.status:<8} {step:>13} {acc:>7}  {r.note}"
         )
     counts = {s: sum(r.status == s for r in rows) for s in STATUS_ORDER}
+    if shots is None and rows:
+        lines.append(
+            "k-shot: the best accuracy on each cell's first few-shot set, 5-shot (else its "
+            "first shot count); --shots K: the mean over its sets at K"
+        )
     lines.append("")
     lines.append(f"{len(rows)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     return "\n".join(lines)

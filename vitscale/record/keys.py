@@ -40,7 +40,9 @@ UPSTREAM_TOP1 = "upstream/top1"
 BEST = "best/"
 FINAL = "final/"
 
-_FEWSHOT_RE = re.compile(r"fewshot/(?P<dataset>[^/]+)/(?P<shots>\d+)shot")
+# A dataset name may hold slashes (an own set: "imagefolder:/data/shapes"); the key ends
+# in "/<k>shot" (a per-seed key, ".../<k>shot/seed<i>", is not a metric column).
+_FEWSHOT_RE = re.compile(r"fewshot/(?P<dataset>.+)/(?P<shots>\d+)shot")
 _FINETUNE_RE = re.compile(r"finetune/(?P<dataset>.+)/top1")
 
 

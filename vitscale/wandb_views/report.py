@@ -162,12 +162,13 @@ def build_assets(
     """Draw the figures into ``out`` and compute the table and the verdict."""
     from analysis import paper, summary, tables
     from analysis.draw import FigureOptions, compute_metrics, draw_figures
+    from analysis.settings import label_settings
 
     from ..record import STATUS_DONE
     from ..record.cells import load_runs
 
     grid_path, grid_text = check_inputs(study, grid_file=grid_file)
-    cells, _ = load_runs(study.run_dirs)
+    cells, _ = label_settings(load_runs(study.run_dirs)[0])
     done = cells[cells["status"] == STATUS_DONE]
 
     options = FigureOptions(out=out, shots=shots, curves=True, formats=("png",))

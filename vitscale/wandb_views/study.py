@@ -70,6 +70,34 @@ def _cell(config: Mapping[str, Any], cell_id: str, status: str | None) -> CellIn
     )
 
 
+def _with_settings(
+    cells: Sequence[CellInfo], configs: Sequence[Mapping[str, Any]]
+) -> tuple[CellInfo, ...]:
+    """The cells with their setting after the model's name ("ViT-Femto/8 lr=0.003") where
+    cells of one model, subset and duration differ in more than their seed: each setting
+    gets its own colour and line, as in the figures (:mod:`analysis.settings`)."""
+    import dataclasses
+
+    import pandas as pd
+
+    from analysis import settings
+
+    flat = pd.json_normalize([dict(c) for c in configs], sep=".")
+    points = pd.DataFrame(
+        {
+            "model": [c.model for c in cells],
+            "subset": [str(c.subset) for c in cells],
+            "steps": [str((cfg.get("train") or {}).get("steps")) for cfg in configs],
+        },
+        index=flat.index,
+    )
+    labels = settings.labels(flat, points)
+    return tuple(
+        dataclasses.replace(c, model=f"{c.model} {label}") if label else c
+        for c, label in zip(cells, labels, strict=True)
+    )
+
+
 def _metrics(configs: Iterable[Mapping[str, Any]]) -> tuple[tuple, tuple]:
     fewshot: dict[tuple[str, int], None] = {}
     finetune: dict[str, None] = {}
@@ -95,6 +123,7 @@ def from_grid_file(path: str | os.PathLike, *, overrides: Sequence[str] = ()) ->
     configs = [c.config.to_dict() for c in grid.cells]
     fewshot, finetune = _metrics(configs)
     cells = tuple(_cell(cfg, c.id, None) for cfg, c in zip(configs, grid.cells, strict=True))
+    cells = _with_settings(cells, configs)
     return Study(grid.name, cells, fewshot, finetune, grid_file=Path(path))
 
 
@@ -128,7 +157,8 @@ def from_runs(paths: Sequence[str | os.PathLike]) -> Study:
             "a W&B view shows one grid: give one grid folder (runs/<grid>)"
         )
     fewshot, finetune = _metrics(configs)
-    return Study(groups[0], tuple(cells), fewshot, finetune, run_dirs=tuple(folders))
+    cells = _with_settings(cells, configs)
+    return Study(groups[0], cells, fewshot, finetune, run_dirs=tuple(folders))
 
 
 def load_study(source: str | os.PathLike, *, overrides: Sequence[str] = ()) -> Study:

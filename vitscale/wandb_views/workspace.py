@@ -53,10 +53,13 @@ def stable_ids(section: str, panels: list) -> list:
 
 
 def _label(metric: str) -> str:
+    """A panel's name for a metric: an own set by its folder's name ("shapes 5-shot")."""
+    from analysis.paper import dataset_name
+
     if parsed := rf.parse_fewshot_key(metric):
-        return f"{parsed[0]} {parsed[1]}-shot"
-    if metric.startswith("finetune/"):
-        return f"{metric.split('/')[1]} fine-tuned"
+        return f"{dataset_name(parsed[0])} {parsed[1]}-shot"
+    if dataset := rf.parse_finetune_key(metric):
+        return f"{dataset_name(dataset)} fine-tuned"
     return metric
 
 
