@@ -50,6 +50,7 @@ FACTOR = 2.0  # noise units a lead or a change must exceed (registered)
 SEEDS = 3  # pre-training seeds of the points that decide (registered)
 SHOTS = 5  # the registered metric's k: the best 5-shot accuracy during training
 FAMILIES = ("ResNet", "ViT")
+_GAP_KEYS = ["fraction", "num_examples"]
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,9 @@ def _gaps(points: pd.DataFrame) -> pd.DataFrame:
                 "seeds_agree": (len(signs) == 1) if len(shared) > 1 else None,
             }
         )
-    return pd.DataFrame(rows).sort_values(["fraction", "num_examples"]).reset_index(drop=True)
+    if not rows:  # one family alone so far (a grid still running): no gap measured yet
+        return pd.DataFrame(columns=[*_GAP_KEYS, "gap", "unit", "decides"])
+    return pd.DataFrame(rows).sort_values(_GAP_KEYS).reset_index(drop=True)
 
 
 def _beyond(value: float, unit: float) -> bool | None:

@@ -41,5 +41,8 @@ def figure(control: Control):
 def write(
     control: Control, out_dir: str | os.PathLike, *, formats: Sequence[str] = style.FORMATS
 ) -> list[Path]:
-    """Write ``control_gap.<format>``; returns the paths."""
+    """Write ``control_gap.<format>``; returns the paths (none before both families have
+    a point at one level and subset)."""
+    if control.gaps.empty:
+        return []
     return style.save(figure(control), out_dir, "control_gap", formats=formats)

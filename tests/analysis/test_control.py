@@ -151,6 +151,15 @@ def test_the_falsifier_and_a_falling_crossing():
     assert "f = 1: <= 384" in c.lines()[-2]
 
 
+def test_a_grid_still_running_says_what_is_not_measured_yet():
+    """The ResNets run first: with no ViT cell yet every rule is 'not measured'."""
+    resnets = {k: v for k, v in planted().items() if k[1] == R}
+    c = summarise(frame(resnets), worlds=WORLDS)
+    assert c.gaps.empty and c.h0 is c.h1 is c.h2 is c.h3 is c.falsifier is None
+    assert sum("not measured" in line for line in c.lines()) == 5
+    assert c.table().shape == (4, 3)  # four levels x three subsets of the ResNet
+
+
 def test_crossing_and_is_control():
     subsets = [SMALL, MIDDLE, LARGE]
     assert crossing(subsets, [6, -1, -5]) == pytest.approx(SMALL * 4 ** (6 / 7))
