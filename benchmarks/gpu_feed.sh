@@ -1,20 +1,14 @@
 #!/usr/bin/env bash
-# Issue 22's GPU measurements in one command, for a machine with a GPU (16 cores):
-#   1. the loader alone and ViT-B/16 bf16 fed from shards, workers' decoding against
-#      decoding on the GPU (data.decode: device), against resident tensors;
-#   2. our training step against timm's, the four models, eager and compiled;
-#   3. the trainer's speeds appended to slurm/profiles/calibration.csv (GPU-hour budgets).
-# Everything lands in bench/ (JSON + the printed tables). Without CUDA it says so, exits 2.
+# Issue 37's GPU measurements in one prepared command, under 8 minutes on one H100/H200,
+# every result in OUT_DIR (JSON, tables, summary.md). The steps, each with its time cap and
+# why: benchmarks/gpu_feed.py (STEPS); `--dry-run` prints them. Without CUDA it prints
+# them too, each skipped, and exits 2.
 #
-#   benchmarks/gpu_feed.sh
+#   benchmarks/gpu_feed.sh OUT_DIR [--dry-run]
+#   PYTHON=.venv/bin/python benchmarks/gpu_feed.sh bench/gpu
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-PYTHON=${PYTHON:-$([[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3)}
-if ! "$PYTHON" -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
-  echo "gpu_feed: no CUDA device here: nothing measured" >&2
-  exit 2
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)  # OUT_DIR stays relative to the caller
+if [[ -z ${PYTHON:-} ]]; then  # the project's environment (make install), else python3
+  if [[ -x $root/.venv/bin/python ]]; then PYTHON=$root/.venv/bin/python; else PYTHON=python3; fi
 fi
-mkdir -p bench
-"$PYTHON" benchmarks/loader_throughput.py --device cuda --train-step --workers 8 --out bench/loader_gpu.json | tee bench/loader_gpu.txt
-"$PYTHON" benchmarks/timm_side_by_side.py --out bench/timm_side_by_side.json | tee bench/timm_side_by_side.txt
-benchmarks/gpu_smoke.sh --models ViT-B/16,ViT-S/16,BiT-R50x1,R50x1+ViT-B/16 --steps 100 --calibrate --out bench/gpu_smoke.json | tee bench/gpu_smoke.txt
+PYTHONPATH=$root exec "$PYTHON" "$root/benchmarks/gpu_feed.py" "$@"

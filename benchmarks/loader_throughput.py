@@ -192,44 +192,61 @@ def gpu_decode_rate(files: list[Path], *, min_seconds: float) -> float:
     return 64 * rate(lambda i: batch(64 * i), 10**9, min_seconds=min_seconds)[0]
 
 
-def train_step_rates(shards: Path, workers: int, *, steps: int) -> dict:
-    """ViT-B/16 bf16 training images/s: fed by the real loader, and on resident tensors."""
+def train_step_rates(
+    shards: Path,
+    workers: int,
+    *,
+    steps: int,
+    batch: int,
+    device: str = "cuda",
+    model_name: str = "ViT-B/16",
+    image_size: int = SIZE,
+) -> dict:
+    """Training images/s (bf16 autocast): on resident tensors, fed by the real loader with
+    the workers decoding, and with the device decoding (``data.decode: device``). ``device``,
+    ``model_name``, ``image_size`` other than a GPU's ViT-B/16 at 224: the same paths, to
+    test them."""
+    from vitscale.data.shards.device import DeviceDecoder
     from vitscale.models import create_model
 
-    model = create_model("ViT-B/16", num_classes=1000, image_size=SIZE, head="pretrain").cuda()
+    dev = torch.device(device)
+    model = create_model(model_name, num_classes=1000, image_size=image_size, head="pretrain").to(
+        dev
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    batch = 128
 
     def step(x, y):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(dev.type, dtype=torch.bfloat16):
             loss = torch.nn.functional.cross_entropy(model(x).float(), y % 1000)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    def sync() -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
     def images_per_s(batches) -> float:  # after 3 warm-up steps
         for _ in range(3):
             step(*next(batches))
-        torch.cuda.synchronize()
+        sync()
         t = time.perf_counter()
         for _ in range(steps):
             step(*next(batches))
-        torch.cuda.synchronize()
+        sync()
         return steps * batch / (time.perf_counter() - t)
 
-    x = torch.randn(batch, 3, SIZE, SIZE, device="cuda")
-    y = torch.randint(0, 1000, (batch,), device="cuda")
+    x = torch.randn(batch, 3, image_size, image_size, device=dev)
+    y = torch.randint(0, 1000, (batch,), device=dev)
     resident = images_per_s(itertools.repeat((x, y)))
-    ds = build_dataset(f"shards:{shards}", "train", image_size=SIZE)
+    ds = build_dataset(f"shards:{shards}", "train", image_size=image_size)
     loader = build_loader(ds, batch_size=batch, seed=0, num_workers=workers)
-    on_gpu = ((xb.cuda(non_blocking=True), yb.cuda(non_blocking=True)) for xb, yb in loader)
-    fed = images_per_s(on_gpu)
-    # data.decode: device: the workers read bytes, the GPU decodes, crops and flips
-    from vitscale.data.shards.device import DeviceDecoder
-
-    ds = build_dataset(f"shards:{shards}", "train", image_size=SIZE)
+    moved = ((xb.to(dev, non_blocking=True), yb.to(dev, non_blocking=True)) for xb, yb in loader)
+    fed = images_per_s(moved)
+    # data.decode: device: the workers read bytes, the device decodes, crops and flips
+    ds = build_dataset(f"shards:{shards}", "train", image_size=image_size)
     ds.on_device = True
-    decoder = DeviceDecoder(image_size=SIZE, augment=True, crop=True, device="cuda")
+    decoder = DeviceDecoder(image_size=image_size, augment=True, crop=True, device=dev)
     loader = build_loader(ds, batch_size=batch, seed=0, num_workers=workers)
     decoded = (tuple(decoder(b)) for b in loader)
     return {"resident": resident, "loader": fed, "loader_gpu_decode": images_per_s(decoded)}
@@ -279,6 +296,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=0, help="also the DataLoader with W workers")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--train-step", action="store_true", help="cuda: end-to-end ViT-B/16 steps")
+    p.add_argument("--batch", type=int, default=128, help="--train-step's batch (default 128)")
     p.add_argument("--out", type=Path, help="write the rows (.json) or the table")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -319,27 +337,30 @@ def main() -> None:
                 }
             )
             if args.train_step:
-                r = train_step_rates(tmp / "shards", max(args.workers, 1), steps=30)
+                w = max(args.workers, 1)
+                r = train_step_rates(tmp / "shards", w, steps=30, batch=args.batch)
                 rows.append(
                     {
-                        "path": "ViT-B/16 bf16 step, resident tensors",
+                        "path": f"ViT-B/16 bf16 step, batch {args.batch}, resident tensors",
                         "images_per_s": r["resident"],
                         "cores": 0,
+                        "feed": "resident",
                     }
                 )
                 rows.append(
                     {
-                        "path": f"ViT-B/16 bf16 step, loader x {max(args.workers, 1)}",
+                        "path": f"ViT-B/16 bf16 step, loader x {w}",
                         "images_per_s": r["loader"],
-                        "cores": max(args.workers, 1),
+                        "cores": w,
+                        "feed": "workers",
                     }
                 )
                 rows.append(
                     {
-                        "path": f"ViT-B/16 bf16 step, loader x {max(args.workers, 1)}, "
-                        "decoded on the GPU",
+                        "path": f"ViT-B/16 bf16 step, loader x {w}, decoded on the GPU",
                         "images_per_s": r["loader_gpu_decode"],
-                        "cores": max(args.workers, 1),
+                        "cores": w,
+                        "feed": "device",
                     }
                 )
         meta = {

@@ -20,7 +20,7 @@ ours/timm. Results print as a table and go to ``--out`` (JSON).
     python benchmarks/timm_side_by_side.py                                # GPU: all four
     python benchmarks/timm_side_by_side.py --models ViT-B/16 --shards /data/shards/in21k
     python benchmarks/timm_side_by_side.py --device cpu --image-size 32 --batch 4 \\
-        --steps 2 --rounds 1 --models ViT-S/16 --no-compile             # a smoke run
+        --steps 2 --rounds 1 --models ViT-S/16 --compile eager          # a smoke run
 """
 
 from __future__ import annotations
@@ -139,6 +139,16 @@ def _measure(step, batches, *, device, steps: int, rounds: int, batch: int) -> f
     return statistics.median(rates)
 
 
+def _write(out: str, device: torch.device, precision: str, rows: list[dict]) -> None:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(
+        json.dumps(
+            {"device": str(device), "gpu": name, "precision": precision, "rows": rows}, indent=2
+        )
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default=",".join(PAIRS), help=f"ours, of {', '.join(PAIRS)}")
@@ -148,7 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--steps", type=int, default=20, help="timed steps per round")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--no-compile", action="store_true", help="eager only")
+    p.add_argument(
+        "--compile",
+        choices=("both", "eager", "compiled"),
+        default="both",
+        help="eager, torch.compile, or both (default): compiling costs minutes on a fresh machine",
+    )
     p.add_argument("--shards", help="also feed both from this sharded set (our loader)")
     p.add_argument("--workers", type=int, default=8, help="loader workers with --shards")
     p.add_argument("--out", default="benchmarks/timm_side_by_side.json")
@@ -168,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for ours in models:
         per_image = count(ours, args.image_size, head="pretrain").train_flops_per_example
-        for compile in [False] if args.no_compile else [False, True]:
+        for compile in {"both": [False, True], "eager": [False], "compiled": [True]}[args.compile]:
             for feed in feeds:
                 row = {"model": ours, "timm": PAIRS[ours], "compile": compile, "feed": feed}
                 for who in ("timm", "ours"):
@@ -200,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                 row["ratio"] = row["ours_img_s"] / row["timm_img_s"]
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+                _write(args.out, device, precision, rows)  # a run cut short keeps its rows
     print(
         f"\n{device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), "
         f"{precision}, batch {args.batch}, {args.image_size} px"
@@ -212,9 +228,6 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['model']:<16}{str(r['compile']):>8}{r['feed']:>10}{r['timm_img_s']:>12,.1f}"
             f"{r['ours_img_s']:>12,.1f}{r['ratio']:>10.2f}"
         )
-    Path(args.out).write_text(
-        json.dumps({"device": str(device), "precision": precision, "rows": rows}, indent=2)
-    )
     print(f"wrote {args.out}")
     return 0
 

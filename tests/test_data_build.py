@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import time
 
 import numpy as np
 import pytest
@@ -138,3 +140,70 @@ def test_check_available_and_known_size(tmp_path, monkeypatch):
     assert known_size("synthetic-glyphs") == 2000 and known_size(f"imagefolder:{root}") is None
     with pytest.raises(DatasetNotFoundError):
         build_dataset("imagenet", "train", image_size=SIZE)  # $VITSCALE_DATA/imagenet
+
+
+class _Node:
+    """One process of a launch as ``rank0_downloads_first`` uses its Accelerator: which
+    process it is, and Accelerate's "goes first" (the others wait at a barrier until the
+    first one is through), over threads standing in for processes."""
+
+    def __init__(self, rank: int, *, per_node: int, world: int, barrier) -> None:
+        self.num_processes = world
+        self.is_main_process = rank == 0
+        self.is_local_main_process = rank % per_node == 0
+        self._barrier = barrier
+
+    def wait_for_everyone(self) -> None:
+        self._barrier.wait()
+
+    @contextlib.contextmanager
+    def _goes_first(self, first: bool):
+        if not first:
+            self.wait_for_everyone()
+        yield
+        if first:
+            self.wait_for_everyone()
+
+    def main_process_first(self):
+        return self._goes_first(self.is_main_process)
+
+    def local_main_process_first(self):
+        return self._goes_first(self.is_local_main_process)
+
+
+def test_each_node_downloads_once_before_its_other_processes_read():
+    """Issue 32, minor: with ``data.download`` only global rank 0 went first, so on a node
+    whose data root is its own (a local disk) every process found nothing and fetched the
+    archive into the same folder at once. Now each node's first process fetches first there
+    too (on a shared root it finds rank 0's files), while the others wait."""
+    import threading
+
+    from vitscale.data import rank0_downloads_first
+
+    nodes, per_node = 2, 2
+    world = nodes * per_node
+    barrier = threading.Barrier(world, timeout=10)
+    fetcher: dict[int, int] = {}  # each node's root: who found it empty and fetched
+    fetched, clashes = set(), []  # roots fetched whole; who read or fetched one half done
+    lock = threading.Lock()
+
+    def process(rank: int) -> None:
+        node = rank // per_node
+        accelerator = _Node(rank, per_node=per_node, world=world, barrier=barrier)
+        with rank0_downloads_first(accelerator, download=True):
+            with lock:
+                if node not in fetcher:
+                    fetcher[node] = rank
+                elif node not in fetched:
+                    clashes.append(rank)
+            time.sleep(0.2)  # fetching, or reading
+            if fetcher[node] == rank:
+                fetched.add(node)
+
+    threads = [threading.Thread(target=process, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not clashes, f"process(es) {clashes} found a root being fetched by another"
+    assert fetcher == {0: 0, 1: 2}

@@ -162,3 +162,30 @@ def test_the_preview_of_a_multilabel_world_fills_its_rows():
     assert all(w.LABEL_ARRANGEMENTS.start <= c < w.LABEL_ARRANGEMENTS.stop for c in classes)
     for c, row in zip(classes, indices, strict=True):
         assert (ds.__getitems__(row).targets[:, c] == 1).all()
+
+
+def test_a_batch_goes_to_the_device_in_one_copy():
+    """Issue 32, item 10: drawn on a GPU, a batch's layout (8 small arrays) and targets went
+    over in 9 copies, each blocking. Now one, non-blocking (from pinned memory on a GPU;
+    here the meta device, which computes shapes only, shows the copies)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Copies(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.made: list[bool] = []  # each copy to the device: non-blocking?
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            source = args[0] if args and isinstance(args[0], torch.Tensor) else None
+            target = kwargs.get("device")
+            if source is not None and source.is_cpu and target is not None and target.type != "cpu":
+                self.made.append(bool(kwargs.get("non_blocking")))
+            return func(*args, **kwargs)
+
+    task = w.TASKS["scenes"]
+    rd.render(task, "train", np.arange(8), 32, device="meta")  # its sprites: once per device
+    with Copies() as copies:
+        batch = rd.render(task, "train", np.arange(8, 16), 32, device="meta")
+    assert batch.images.shape == (8, 3, 32, 32) and batch.targets.device.type == "meta"
+    assert copies.made == [True]

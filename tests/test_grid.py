@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from vitscale import record as rf
 from vitscale.cli import main
 from vitscale.grid.cellrun import cell_lock, run_cell
-from vitscale.grid.plan import plan, prepare, retry_hint
+from vitscale.grid.plan import Planned, plan, prepare, retry_hint
 from vitscale.grid.spec import load_grid
 
 from .helpers.configs import tiny_config
@@ -263,12 +263,44 @@ def test_failed_cells_are_retried_up_to_the_configured_count(tmp_path):
     prepare(again)  # the failure is kept beside, under its attempt number
     assert rf.read_json(first.run_dir / "result.failed-1.json")["failed_step"] == 3
     rf.write_json_atomic(first.run_dir / rf.RESULT, failed)
-    stuck = plan(g, runs)
-    assert stuck[0].action == "skip-failed"
+    stuck = plan(g, runs)  # not submitted again blindly: the grid says why
+    assert (stuck[0].action, stuck[0].note) == (
+        "skip-failed",
+        "failed 2 times, last: non-finite loss at step 3",
+    )
     hint = retry_hint(stuck, grid_path=g.path, runs=runs / "tiny")
-    assert "1 cell(s) failed and have no retries left" in hint and "--retry-failed" in hint
+    assert "1 cell(s) failed and are not retried" in hint and "--retry-failed" in hint
     again = plan(g, runs, retry_failed=True)[0]
     assert (again.action, again.note) == ("submit", "retry 2 (--retry-failed)")
+
+
+def test_a_cell_that_fails_the_same_way_twice_is_not_retried_blindly(tmp_path):
+    """Issue 32, item 3: a cell whose resume failed the same way each time (an IndexError
+    restoring the RNG on fewer GPUs) was submitted again and again. With retries left, a
+    failure that repeats the one before it (error and step) is not retried: a retry would
+    repeat it too; the grid says so, and --retry-failed runs it once the cause is fixed."""
+    g = load_grid(_write(tmp_path, _tiny_grid(retries=4)))
+    runs = tmp_path / "runs"
+    run_dir = plan(g, runs)[0].run_dir
+
+    def fail(error: str, step: int) -> Planned:
+        prepare(plan(g, runs)[0])
+        failed = {"status": rf.STATUS_FAILED, "error": error, "failed_step": step}
+        rf.write_json_atomic(run_dir / rf.RESULT, failed)
+        return plan(g, runs)[0]
+
+    assert fail("IndexError: list index out of range", 400).note == "retry 1/4"
+    assert fail("NCCL timeout", 700).note == "retry 2/4"  # not the same: retried
+    assert fail("NCCL timeout", 900).note == "retry 3/4"  # another step: retried
+    stuck = fail("NCCL timeout", 900)
+    assert (stuck.action, stuck.note) == (
+        "skip-failed",
+        "failed the same way twice in a row (a retry would too): NCCL timeout",
+    )
+    assert "1 cell(s) failed and are not retried" in retry_hint(
+        [stuck], grid_path=g.path, runs=runs / "tiny"
+    )
+    assert plan(g, runs, retry_failed=True)[0].note == "retry 4 (--retry-failed)"
 
 
 def test_a_rerun_brings_operational_keys_to_the_cell(tmp_path):
@@ -373,3 +405,36 @@ def test_a_worker_that_has_answered_ignores_stop_signals():
     )
     assert served.returncode == 0, served.stderr
     assert served.stderr.strip() == "exiting"
+
+
+def test_the_preemption_window_holds_the_largest_cells_checkpoint(tmp_path, capsys, monkeypatch):
+    """Issue 32, item 8: h100x8 signalled 300 s before the limit "to save a ViT-H
+    checkpoint", which at the write speed the trainer assumes (16 bytes a parameter at
+    20 MB/s) takes 506 s; CellJob requeued after 285 s, killing the write, so every slice
+    of a ViT-H cell fell back to its last periodic checkpoint. The window is checked
+    against the grid's largest cell: the dry run warns, a submission refuses."""
+    from vitscale.grid import slurm
+
+    fig5 = str(EXPERIMENTS / "fig5_compute.yaml")
+    assert main(["grid", fig5, "--dry-run", "--profile", "h100x8"]) == 0
+    assert "signal_delay_s" not in capsys.readouterr().err  # the shipped profile has room
+    short = tmp_path / "short.yaml"
+    short.write_text(
+        "gpus_per_node: 8\ncpus_per_node: 112\nmem_gb_per_node: 1800\nmax_nodes: 8\n"
+        "time_limit: '48:00:00'\nsignal_delay_s: 300\n"
+    )
+    assert main(["grid", fig5, "--dry-run", "--profile", str(short)]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "signal_delay" in line]
+    assert len(warnings) == 1, "the dry run says nothing of the short window"
+    warning = warnings[0]
+    assert warning.startswith("warning: profile 'short': signal_delay_s=300 is less than the 521 s")
+    assert "(ViT-H/14) needs to checkpoint and requeue (10.1 GB at 20 MB/s, then 15 s)" in warning
+    assert warning.endswith("set signal_delay_s: 540 or more")
+    monkeypatch.setattr(slurm, "submit", lambda *a, **k: pytest.fail("submitted"))
+    tiny = short.with_name("tiny.yaml")
+    tiny.write_text("gpus_per_node: 0\ntime_limit: '04:00:00'\nsignal_delay_s: 10\n")
+    runs = ["--runs", str(tmp_path / "runs")]
+    err = _errors(
+        _write(tmp_path, _tiny_grid()), capsys, "--executor", "slurm", "--profile", str(tiny), *runs
+    )
+    assert "profile 'tiny': signal_delay_s=10 is less than the 15 s cell" in err

@@ -197,3 +197,51 @@ def test_chosen_micro_batches_are_written_into_the_cells_config(tmp_path):
     written = json.loads((item.run_dir / "config.json").read_text())
     assert written["train"]["micro_batch_size"] == fits[0].micro_batch
     assert written["cell_id"] == cell.id == load_grid(_grid(tmp_path, "ViT-B/16")).cells[0].id
+
+
+def test_decoding_on_the_device_is_in_the_estimate_that_picks_the_micro_batch(
+    tmp_path, monkeypatch
+):
+    """Issue 32, item 9: decoding on the GPU holds the process's whole batch there (each
+    image at its stored resolution, its crop, the float batch, the next one's beside it) in
+    the side streams' own pools, which the step cannot reuse; the estimate that picks the
+    micro-batch (the trainer's, and the grid's at submission) left it out. On a GPU whose
+    memory the step just fits at 256, decoding there takes a smaller micro-batch."""
+    from vitscale.config import resolve
+    from vitscale.train.speed import micro_batch_for
+
+    from .helpers.datasets import write_jpeg_shards
+
+    root = write_jpeg_shards(tmp_path / "sh", shards=1, per_shard=4)
+
+    def config(decode: str) -> dict:
+        return {
+            "model": {"name": "ViT-B/16"},
+            "data": {"dataset": f"shards:{root}", "image_size": 224, "decode": decode},
+            "train": {"steps": 10, "batch_size": 256, "precision": "bf16"},
+            "optim": {"warmup_steps": 1},
+            "wandb": {"mode": "disabled"},
+        }
+
+    workers, device = resolve(config("workers")), resolve(config("device"))
+    m = workers.model
+    step = memory.estimate(
+        m.name, image_size=224, micro_batch=256, num_classes=4, pool=m.pool,
+        pre_logits=m.pre_logits, dropout=m.dropout or 0.0, precision="bf16",
+    )  # fmt: skip
+    gpu = (step.total + 2**20 + memory.CONTEXT_BYTES) / memory.USABLE_FRACTION
+    props = type("Properties", (), {"total_memory": int(gpu)})
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d=None: props)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA H100 80GB HBM3")
+    cuda = torch.device("cuda", 0)
+    assert micro_batch_for(workers, per_process=256, num_classes=4, device=cuda) == 256
+    assert micro_batch_for(device, per_process=256, num_classes=4, device=cuda) < 256
+    # the grid's placement, which submission writes into the cells' configs, counts it too
+    profile, placed = load_profile(_profile(tmp_path, 80)), {}
+    for decode in ("workers", "device"):  # an operational key: one cell id, two grids
+        path = tmp_path / f"{decode}.yaml"
+        grid = {"name": decode, "base": config(decode), "resources": {"default": {"gpus": 1}}}
+        path.write_text(yaml.safe_dump(grid))
+        (placed[decode],) = place_grid(load_grid(path), profile)
+    at_least = 256 * 3 * 224 * 224  # the batch's crops alone, uint8
+    assert placed["device"].pretrain.total - placed["workers"].pretrain.total >= at_least

@@ -95,6 +95,7 @@ def ran(study):
     out = {"dry": _cli("grid", "grid.yaml", "--dry-run", cwd=study)}
     out["failed"] = _cli("grid", "grid.yaml", "--runs", "runs", cwd=study)
     out["stuck"] = _cli("grid", "grid.yaml", "--runs", "runs", cwd=study)
+    out["verify"] = _cli("data", "shard", "imagefolder:shapes", "shards", "--verify", cwd=study)
     (study / "shapes" / "train" / "dot" / "broken.jpg").unlink()  # the fix
     out["rerun"] = _cli("grid", "grid.yaml", "--runs", "runs", "--retry-failed", cwd=study)
     return out
@@ -115,6 +116,21 @@ def test_failed_cells_exit_non_zero_say_how_to_retry_and_rerun_after_the_fix(ran
     assert "--retry-failed" in stuck.stderr
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert "4 cells run, 0 failed" in rerun.stdout
+
+
+def test_shard_verify_names_the_bad_file_with_its_reason_alone(ran):
+    verify = ran["verify"]
+    assert verify.returncode == EXIT_USER_ERROR
+    (bad,) = [line for line in verify.stderr.splitlines() if "broken.jpg" in line]
+    assert bad.strip().startswith("shapes/train/dot/broken.jpg: ") and "avif" not in bad
+
+
+def test_fit_says_once_what_this_design_can_support(study, ran):
+    fit = _cli("fit", "runs/mine", cwd=study)
+    assert fit.returncode == EXIT_USER_ERROR
+    (line,) = [line for line in fit.stderr.splitlines() if "error:" in line]  # said once
+    assert "a frontier needs >= 4 compute points" in line
+    assert line.endswith("train for at least 8 steps (train.steps is 4), evaluating every 1/8")
 
 
 def test_status_labels_each_setting_and_shows_the_own_sets_accuracy(study, ran):

@@ -53,6 +53,28 @@ def test_mfu_is_per_device():
     assert runtime.mfu(8000, flops_per_image=1e9, processes=8, peak=100e12) == pytest.approx(0.01)
 
 
+@pytest.mark.parametrize(
+    ("gpu", "major", "expected"),
+    [("V100", 7, "fp32"), ("T4", 7, "fp32"), ("A100", 8, "bf16"), ("H100", 9, "bf16")],
+)
+def test_auto_precision_is_bf16_only_where_the_gpu_has_it(monkeypatch, gpu, major, expected):
+    """Issue 32, item 6: ``torch.cuda.is_bf16_supported()`` counts emulation by default,
+    and a V100 or T4 makes a bf16 tensor without complaint (emulated, several times slower
+    than fp32), so ``auto`` picked bf16 there. Native bf16 is compute capability 8.0 on."""
+    import types
+
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda d=None: types.SimpleNamespace(major=major)
+    )
+    monkeypatch.setattr(torch.cuda, "_check_bf16_tensor_supported", lambda device: True)
+    assert runtime.resolve_precision("auto") == expected, gpu
+    assert runtime.resolve_precision("bf16") == "bf16"  # asked for: as asked
+
+
 def test_fp32_matmuls_may_use_tf32():
     import torch
 

@@ -19,7 +19,7 @@ from benchmarks import timm_side_by_side as sbs  # noqa: E402
 def test_one_pair_side_by_side_on_the_cpu(model, tmp_path, capsys):
     out = tmp_path / "sbs.json"
     argv = ["--device", "cpu", "--image-size", "32", "--batch", "2", "--steps", "1"]
-    argv += ["--rounds", "1", "--no-compile", "--models", model, "--out", str(out)]
+    argv += ["--rounds", "1", "--compile", "eager", "--models", model, "--out", str(out)]
     assert sbs.main(argv) == 0
     rows = json.loads(out.read_text())["rows"]
     assert [(r["model"], r["timm"], r["feed"]) for r in rows] == [

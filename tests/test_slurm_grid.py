@@ -102,7 +102,7 @@ def test_gpu_cells_get_one_task_per_gpu_and_the_profile_options() -> None:
         "--account=my-lab",
         "--qos=normal",
         "--constraint=h100",
-        "--signal=USR1@300",  # the trainer's signal, not submitit's default USR2
+        "--signal=USR1@600",  # the trainer's signal, not submitit's default USR2
         "--requeue",
     ):
         assert f"#SBATCH {option}\n" in script, option
@@ -174,6 +174,38 @@ def test_distributed_env_comes_from_submitits_job_environment(
         "MASTER_ADDR": "gpu007",  # the first node hosts rank 0
         "MASTER_PORT": "24242",
     }
+
+
+def test_a_failed_rank_leaves_rank_0_time_to_record_the_cell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32, minor: under ``srun --kill-on-bad-exit`` a task's failure ends every other
+    task at once, rank 0's too, which may still be waiting for the failure's note (up to
+    10 s) or writing result.json: the cell was left unrecorded. A task of rank > 0 whose
+    trainer failed now waits (a bounded time) for rank 0's result.json before it fails."""
+    import threading
+
+    import submitit
+
+    from vitscale.grid import slurm
+
+    for key, value in {
+        "SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "4242", "SLURM_NTASKS": "2",
+        "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "1", "SLURM_PROCID": "1",
+        "SLURM_LOCALID": "0", "SLURM_JOB_NODELIST": "gpu[007-008]",
+    }.items():  # fmt: skip
+        monkeypatch.setenv(key, value)
+    assert submitit.JobEnvironment().global_rank == 1
+    monkeypatch.setattr(
+        slurm, "cell_command", lambda run_dir, processes: [sys.executable, "-c", "exit(1)"]
+    )
+    run = tmp_path / "cell"
+    run.mkdir()
+    recorded = threading.Timer(1.0, rf.write_json_atomic, (run / rf.RESULT, {"status": "failed"}))
+    recorded.start()
+    with pytest.raises(slurm.CellFailed):
+        slurm.CellJob(run)()
+    assert (run / rf.RESULT).is_file(), "rank 1 failed its task before rank 0 recorded the cell"
 
 
 def test_master_port_stays_out_of_linuxs_ephemeral_range() -> None:

@@ -180,6 +180,75 @@ sys.exit(main(["train", sys.argv[1], "--workdir", sys.argv[2]]))
 """
 
 
+def _gpus(monkeypatch, *, visible: int, local_rank: int) -> tuple[torch.Generator, ...]:
+    """A node's ``visible`` GPUs as torch.cuda's RNG functions see them (what
+    ``--gpu-bind=none`` shows every process), this process on ``cuda:local_rank``: torch's
+    own get/set_rng_state(_all), on one generator per GPU (CPU generators standing in)."""
+    import torch.cuda.random as cuda_random
+
+    generators = tuple(torch.Generator().manual_seed(1000 + i) for i in range(visible))
+    monkeypatch.setattr(torch.cuda, "default_generators", generators)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: local_rank)
+    monkeypatch.setattr(cuda_random, "_lazy_init", lambda: None)
+    monkeypatch.setattr(cuda_random, "_lazy_call", lambda cb, **kwargs: cb())
+    monkeypatch.setattr(cuda_random, "is_initialized", lambda: True)
+    monkeypatch.setattr(cuda_random, "current_device", lambda: local_rank)
+    monkeypatch.setattr(cuda_random, "device_count", lambda: visible)
+    return generators
+
+
+def test_each_process_resumes_its_own_gpus_rng_on_any_number_of_gpus(monkeypatch):
+    """Issue 32, item 3: each process saved every visible GPU's RNG and restored one per
+    saved state, so a cell checkpointed on 1 x 8 GPUs and resumed on 2 x 4 indexed past
+    the 4 GPUs it sees (IndexError, before the trainer could record it). Now each process
+    saves its own GPU's and restores it into its own: 1 x 8 -> 2 x 4 -> 1 x 1."""
+    with torch.random.fork_rng(devices=[]):
+        saved, drawn = {}, {}
+        for rank in range(8):  # 1 node x 8 GPUs: each process advanced its own GPU's RNG
+            with monkeypatch.context() as patch:
+                gpus = _gpus(patch, visible=8, local_rank=rank)
+                torch.rand(rank + 1, generator=gpus[rank])
+                drawn[rank] = gpus[rank].get_state()
+                saved[rank] = checkpoint.rng_state()
+        for rank in range(8):  # 2 nodes x 4 GPUs: rank r is cuda:(r % 4) on node r // 4
+            with monkeypatch.context() as patch:
+                gpus = _gpus(patch, visible=4, local_rank=rank % 4)
+                untouched = [g.get_state() for g in gpus]
+                checkpoint.set_rng_state(saved[rank])
+                for i, g in enumerate(gpus):
+                    expected = drawn[rank] if i == rank % 4 else untouched[i]
+                    assert torch.equal(g.get_state(), expected), (rank, i)
+                saved[rank] = checkpoint.rng_state()
+        with monkeypatch.context() as patch:  # then 1 process on 1 GPU: rank 0's
+            (gpu,) = _gpus(patch, visible=1, local_rank=0)
+            checkpoint.set_rng_state(saved[0])
+            assert torch.equal(gpu.get_state(), drawn[0])
+
+
+def test_a_failure_while_resuming_is_recorded_like_any_other(tmp_path, monkeypatch):
+    """Issue 32, item 3: a resume that raised outside the checkpoint's loading (restoring
+    its RNG: the IndexError above) left no result.json, so every ``vitscale grid``
+    submitted the cell again, for ever. Now it is the cell's recorded failure, which the
+    grid retries as many times as the grid says, then reports."""
+    config = tiny_config(train={"steps": 4, "checkpoint_every": 2, "eval_every": None})
+    with monkeypatch.context() as patch:
+        signal_at(patch, 3)
+        with pytest.raises(Preempted):
+            train(config, tmp_path)
+
+    def resume_on_fewer_gpus(state):
+        raise IndexError("tuple index out of range")
+
+    monkeypatch.setattr(checkpoint, "set_rng_state", resume_on_fewer_gpus)
+    with pytest.raises(checkpoint.CheckpointError, match="IndexError: tuple index out of range"):
+        train(config, tmp_path)
+    result = rf.read_json(tmp_path / rf.RESULT)
+    assert result["status"] == rf.STATUS_FAILED
+    assert "step_000000003" in result["error"] and "IndexError" in result["error"]
+
+
 def test_loader_workers_survive_slurms_signal_and_the_run_resumes_exactly(tmp_path, uninterrupted):
     """SIGTERM (a preemption) to the trainer and its two loader workers at once, mid-step:
     the workers live on, the trainer checkpoints at the end of that step (not at the next
@@ -387,6 +456,43 @@ def test_no_host_sync_between_log_steps(tmp_path, monkeypatch):
     assert result.status == rf.STATUS_DONE and len(per_step) == 6
     assert len(set(per_step)) == 1, per_step  # steps 1-5 read nothing back
     assert reads[0] > per_step[-1]  # the log step does
+
+
+def test_throughput_and_mfu_leave_out_evaluations_and_checkpoints(tmp_path, monkeypatch):
+    """Issue 32, item 7: a row's images/s and MFU counted the time since the previous row,
+    whose evaluation and checkpoint came after it was logged: a tiny CPU run logged 268 ->
+    109 -> 289 img/s around an evaluation, and a GPU's MFU dipped after each one. Here each
+    sync step evaluates and checkpoints for 3 s more; the time the rows' rates divide by
+    adds up to the steps' own (``time_s``: data, step, log), not to that plus 6 s."""
+    import time
+
+    from vitscale.train import pretrain
+    from vitscale.train.run import Run
+
+    real_save = Run.save_checkpoint
+
+    def slow_save(self):
+        time.sleep(1.5)
+        real_save(self)
+
+    monkeypatch.setattr(Run, "evaluate", lambda self: time.sleep(1.5) or {})
+    monkeypatch.setattr(Run, "save_checkpoint", slow_save)
+    monkeypatch.setattr(pretrain, "peak_flops", lambda device: 1e12)  # MFU is logged
+    config = tiny_config(
+        train={"steps": 6, "log_every": 2, "eval_every": 2, "checkpoint_every": 2},
+        eval={"fewshot": {"datasets": []}, "upstream": {"examples": 0}},
+    )
+    result = train(config, tmp_path)
+    assert result.status == rf.STATUS_DONE
+    rows = [r for r in rf.iter_metrics(tmp_path / rf.METRICS) if rf.THROUGHPUT in r]
+    assert [r[rf.STEP] for r in rows] == [2, 4, 6]
+    divided_by = sum(2 * 16 / r[rf.THROUGHPUT] for r in rows)  # seconds, rows 0-2, 2-4, 4-6
+    t = result.time_s
+    assert divided_by < t["data"] + t["step"] + t["log"] + 1.0, (divided_by, t)
+    assert t["eval"] >= 3 * 1.5 and t["checkpoint"] >= 3 * 1.5  # in their own buckets
+    for row in rows:  # MFU from the same rate
+        ratio = row[rf.THROUGHPUT] / rows[0][rf.THROUGHPUT]
+        assert row[rf.MFU] == pytest.approx(rows[0][rf.MFU] * ratio)
 
 
 def test_compiled_channels_last_training_computes_the_same(tmp_path):

@@ -4,6 +4,7 @@ it, :mod:`vitscale.train.speed`). Per process::
 
     peak = weights + gradients + optimiser state (+ DDP's gradient buckets, >1 process)
            (+ the pre-trained model kept while fine-tuning)
+           (+ the batch decoded on the device, ``data.decode``: :func:`decode_bytes`)
            + max(activations + transient, the optimiser step's temporaries)
 
 - weights, gradients fp32 (4 bytes per parameter each); AdamW keeps two fp32 moments
@@ -46,6 +47,17 @@ GN_GROUPS = 32
 USABLE_FRACTION = 0.90
 CONTEXT_BYTES = 1 * GiB
 WORKSPACE_BYTES = 256 * 2**20  # cuBLAS / cuDNN workspaces
+# A checkpoint's size and the speed it is assumed written at (a slow shared file system
+# under load): what the process group's timeout (vitscale.train.runtime) and the preemption
+# window a cluster profile gives (vitscale.grid.profile) must hold.
+# Decoding on the device holds a process's whole batch there, in the decoding streams' own
+# pools, which the step's cannot reuse: each image at its stored resolution (uint8 RGB; a
+# sharded set's sizes are known only once read: assumed this, above ImageNet's mean of
+# about 400 x 350), its crop and their stack (uint8), and the float batch, the next one's
+# beside the one the step reads. An estimate: not yet measured on a GPU.
+DECODED_PIXELS = 512 * 512
+CHECKPOINT_BYTES_PER_PARAM = 16  # weights and AdamW's two moments, fp32, with room
+CHECKPOINT_WRITE_BYTES_PER_S = 20e6
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,7 @@ class MemoryEstimate:
     optimizer: int
     buckets: int
     kept: int  # the pre-trained model held while fine-tuning
+    decode: int  # the batch decoded on the device (data.decode), in its streams' pools
     activations: int
     transient: int
     temporaries: int  # the optimiser step's (foreach) temporaries
@@ -65,7 +78,7 @@ class MemoryEstimate:
     @property
     def total(self) -> int:
         state = self.weights + self.gradients + self.optimizer + self.buckets + self.kept
-        return state + max(self.activations + self.transient, self.temporaries)
+        return state + self.decode + max(self.activations + self.transient, self.temporaries)
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"total": self.total}
@@ -412,11 +425,13 @@ def estimate(
     processes: int = 1,
     loss: str = "softmax",
     kept_params: int = 0,
+    decode_batch: int = 0,
 ) -> MemoryEstimate:
     """Peak memory of one process's training step at ``micro_batch`` (see module doc).
 
     ``kept_params``: parameters of a model held beside the one training (fine-tuning
-    keeps the pre-trained model).
+    keeps the pre-trained model); ``decode_batch``: the process's batch, where it is
+    decoded on the device (``data.decode``).
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
@@ -437,10 +452,22 @@ def estimate(
         optimizer=OPTIMIZERS[optimizer] * params,
         buckets=4 * params if processes > 1 else 0,
         kept=4 * kept_params,
+        decode=decode_bytes(decode_batch, image_size=image_size),
         activations=micro_batch * s.per_example + s.constant + loss_bytes,
         transient=2 * micro_batch * s.largest + WORKSPACE_BYTES,
         temporaries=4 * params,
     )
+
+
+def decode_bytes(batch: int, *, image_size: int) -> int:
+    """What decoding ``batch`` images on the device holds there (:data:`DECODED_PIXELS`)."""
+    crop = 3 * image_size**2
+    return batch * (3 * DECODED_PIXELS + 2 * crop + 2 * 4 * crop)
+
+
+def checkpoint_write_s(params: int) -> float:
+    """Seconds to write a checkpoint of a model of ``params`` parameters, assumed."""
+    return CHECKPOINT_BYTES_PER_PARAM * params / CHECKPOINT_WRITE_BYTES_PER_S
 
 
 def usable_bytes(memory_bytes: float) -> int:

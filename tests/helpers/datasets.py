@@ -291,3 +291,29 @@ def bad_set(root: Path, bad: dict) -> Path:
         source="test",
     )
     return root
+
+
+def image_kinds(size: tuple[int, int] = (40, 30)) -> dict[str, bytes]:
+    """One image of each kind a crawl holds and the workers decode: baseline and progressive
+    JPEGs, grayscale and CMYK JPEGs (nvJPEG decodes no CMYK; ImageNet-1k has about 22),
+    8-bit RGBA, palette and 16-bit PNGs, and a WebP."""
+    w, h = size
+    rng = np.random.default_rng(0)
+    rgb = Image.fromarray((rng.random((h, w, 3)) * 255).astype(np.uint8))
+    deep = Image.fromarray((rng.random((h, w)) * 65535).astype(np.uint16))
+
+    def encoded(image: Image.Image, fmt: str, **options) -> bytes:
+        out = io.BytesIO()
+        image.save(out, format=fmt, **options)
+        return out.getvalue()
+
+    return {
+        "jpeg": encoded(rgb, "JPEG", quality=95),
+        "progressive": encoded(rgb, "JPEG", progressive=True),
+        "grayscale": encoded(rgb.convert("L"), "JPEG"),
+        "cmyk": encoded(rgb.convert("CMYK"), "JPEG"),
+        "rgba": encoded(rgb.convert("RGBA"), "PNG"),
+        "palette": encoded(rgb.convert("P"), "PNG"),
+        "png16": encoded(deep, "PNG"),
+        "webp": encoded(rgb, "WEBP"),
+    }

@@ -49,7 +49,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     sh.add_argument("src", help="dataset name, e.g. imagefolder:/data/in21k-tree or cifar10")
     sh.add_argument("dest", help="folder to write (new or empty, or an interrupted conversion)")
     sh.add_argument(
-        "--shard-size", type=int, required=True, metavar="N", help="examples per shard (e.g. 5000)"
+        "--shard-size",
+        type=int,
+        default=5000,
+        metavar="N",
+        help="examples per shard (default 5000: about 0.5 GB of ImageNet-sized JPEGs)",
     )
     sh.add_argument(
         "--max-examples", help="at most this many per split, a random part (e.g. 1M; synthetic)"

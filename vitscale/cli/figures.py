@@ -514,6 +514,8 @@ def _evaluations(curves: list) -> str:
 def _eval_every(frame, need: int) -> str:
     """The train.eval_every that gives ``need`` evenly spaced evaluations per run."""
     steps = sorted({int(s) for s in frame["steps"].dropna()})
+    if steps and steps[0] < need:
+        return f"train for at least {need} steps (train.steps is {steps[0]}), evaluating every 1/{need}"
     every = (
         f"at most {steps[0] // need} (train.steps {steps[0]} / {need})"
         if len(steps) == 1

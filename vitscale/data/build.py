@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -69,14 +70,19 @@ def _base(
     return IndexedDataset(ds, minitrain if split == "minitrain" else val)
 
 
-def rank0_downloads_first(accelerator, *, download: bool) -> contextlib.AbstractContextManager:
+@contextlib.contextmanager
+def rank0_downloads_first(accelerator, *, download: bool) -> Iterator[None]:
     """Where a run's processes build datasets. With ``download`` (``data.download``), rank
-    0 builds first and fetches what is missing while the others wait, then they build
-    from its files: several processes fetching one archive into one folder at once would
-    write over each other. Without, all at once."""
-    if download and accelerator.num_processes > 1:
-        return accelerator.main_process_first()
-    return contextlib.nullcontext()
+    0 builds first and fetches what is missing while the others wait; then each other
+    node's first process, while the rest of its node waits (a root on the node's own disk
+    is still empty; a shared one holds rank 0's files); then the rest, from their files:
+    several processes fetching one archive into one folder at once would write over each
+    other. Without, all at once."""
+    if not (download and accelerator.num_processes > 1):
+        yield
+        return
+    with accelerator.main_process_first(), accelerator.local_main_process_first():
+        yield
 
 
 def build_dataset(

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..catalog import model_columns
+from ..flops import count
 from ..plan import recipe_notes
 from .calibration import ASSUMED, BASES, ESTIMATED, FAMILY, MEASURED
 from .cost import CellCost, cell_cost
@@ -113,7 +114,7 @@ def print_dry_run(
             "skip-done": "done (skipped)",
             "skip-running": "running",
             "skip-queued": "queued",
-            "skip-failed": "failed (no retries left)",
+            "skip-failed": "failed (not retried)",
         }[actions[c.cell.id]]
         examples = None if c.examples_seen is None else _short(c.examples_seen)
         d, m = c.cell.config.data, c.cell.config.model
@@ -319,6 +320,10 @@ def grid(
     )
     for note in dict.fromkeys(notes):
         print(f"note: {note}", file=sys.stderr)  # once, not once per cell
+    if profile is not None and (problem := _preemption_problem(g, profile)):
+        if executor == "slurm" and not dry_run:
+            raise GridError([problem])
+        print(f"warning: {problem}", file=sys.stderr)
     if dry_run:
         return print_dry_run(g, runs_root, profile, as_json=as_json, retry_failed=retry_failed)
     if profile is not None:  # micro-batches that fit the profile's GPUs where the grid gives none
@@ -359,6 +364,17 @@ def grid(
 
     code = slurm.submit(g, runs_root=runs_root, profile=profile, retry_failed=retry_failed)
     return slurm.wait(g, runs_root=runs_root) if wait and code == 0 else code
+
+
+def _preemption_problem(g: Grid, profile: Profile) -> str | None:
+    """The profile's preemption window against the grid's largest cell's checkpoint."""
+    size = {c.id: count(c.config.model.name, c.config.data.image_size).params for c in g.cells}
+    cell = max(g.cells, key=lambda c: size[c.id], default=None)
+    if cell is None:
+        return None
+    return profile.preemption_problem(
+        params=size[cell.id], cell=f"{cell.id} ({cell.config.model.name})"
+    )
 
 
 def status(paths: list[Path], *, shots: int | None, as_json: bool) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import memory
+from ..data.shards import decode_on_device
 from ..flops import count
 from .profile import Profile
 from .spec import Cell, Grid
@@ -68,6 +69,7 @@ def place_cell(cell: Cell, resources: dict, profile: Profile, *, where: str) -> 
     if precision == "auto":  # bf16 on every GPU a profile would name; a CPU's is unknown
         precision = "bf16" if device == "cuda" else "fp32"
     budget = profile.gpu_mem_gb * memory.GiB if device == "cuda" and profile.gpu_mem_gb else None
+    gpu = (profile.gpu_type or "") if device == "cuda" else None  # a GPU, maybe unnamed
     name, size = cfg.model.name, cfg.data.image_size
     label = f"{where}: cell {cell.id} ({name})"
     problems: list[str] = []
@@ -84,6 +86,7 @@ def place_cell(cell: Cell, resources: dict, profile: Profile, *, where: str) -> 
         dropout=cfg.model.dropout or 0.0,
         loss=cfg.train.loss or "softmax",
         optimizer="adamw",
+        decode_batch=per_process if decode_on_device(cfg.data, gpu=gpu) else 0,
         **common,
     )
     if cfg.train.steps == 0:  # a published checkpoint, evaluated as it is: no pre-training

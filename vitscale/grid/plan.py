@@ -3,8 +3,9 @@
 - done: skipped, never run again;
 - running (a process holds its lock) or queued (its SLURM job is still pending): skipped;
 - failed: rerun while it has retries left (the failed result.json is kept beside as
-  ``result.failed-<n>.json``), else skipped and reported, with how to retry it
-  (``--retry-failed`` gives every failed cell one more attempt);
+  ``result.failed-<n>.json``) unless it failed the same way (error and step) as the attempt
+  before, which a retry would only repeat; else skipped and reported with its last error and
+  how to retry it (``--retry-failed`` gives every failed cell one more attempt);
 - otherwise (never started, or interrupted with a checkpoint): submitted; an interrupted
   cell resumes from its checkpoint.
 
@@ -53,15 +54,16 @@ def plan(
     grid: Grid, runs_root: Path, *, is_queued=lambda run_dir: False, retry_failed: bool = False
 ) -> list[Planned]:
     """Decide each cell's action; ``is_queued(run_dir)`` asks the scheduler (SLURM);
-    ``retry_failed``: a failed cell with no retries left runs once more."""
+    ``retry_failed``: a failed cell that is not retried (module docstring) runs once more."""
     out = []
     for cell in grid.cells:
         run_dir = runs_root / grid.name / cell.id
         result = run_dir / rf.RESULT
-        status = None
+        status = failure = None
         if result.is_file():
             try:
-                status = rf.read_json(result).get("status")
+                recorded = rf.read_json(result)
+                status, failure = recorded.get("status"), _failure(recorded)
             except (OSError, ValueError):
                 status = None
         if status == rf.STATUS_DONE:
@@ -72,15 +74,34 @@ def plan(
             out.append(Planned(cell, run_dir, "skip-queued"))
         elif status == rf.STATUS_FAILED:
             attempts = failed_attempts(run_dir) + 1
-            if attempts <= grid.retries:
+            if attempts > grid.retries:
+                stop = f"failed {attempts} times, last: {failure[0]}"
+            elif failure == _failure_before(run_dir, attempts):
+                stop = f"failed the same way twice in a row (a retry would too): {failure[0]}"
+            else:
+                stop = None
+            if stop is None:
                 out.append(Planned(cell, run_dir, "submit", f"retry {attempts}/{grid.retries}"))
             elif retry_failed:
                 out.append(Planned(cell, run_dir, "submit", f"retry {attempts} (--retry-failed)"))
             else:
-                out.append(Planned(cell, run_dir, "skip-failed", f"failed {attempts} times"))
+                out.append(Planned(cell, run_dir, "skip-failed", stop))
         else:
             out.append(Planned(cell, run_dir, "submit"))
     return out
+
+
+def _failure(result: dict) -> tuple:
+    """What makes two failures of a cell the same: its error at the same step."""
+    return result.get("error"), result.get("failed_step")
+
+
+def _failure_before(run_dir: Path, attempts: int) -> tuple | None:
+    """The failure of the attempt before the latest (set aside by :func:`prepare`)."""
+    try:
+        return _failure(rf.read_json(run_dir / FAILED_RESULT.format(n=attempts - 1)))
+    except (OSError, ValueError):
+        return None
 
 
 def prepare(planned: Planned) -> list[str]:
@@ -110,12 +131,12 @@ def prepare(planned: Planned) -> list[str]:
 
 
 def retry_hint(planned: list[Planned], *, grid_path: Path, runs: Path) -> str | None:
-    """How to run the failed cells that have no retries left, or None when there are none."""
+    """How to run the failed cells that are not retried, or None when there are none."""
     stuck = [p for p in planned if p.action == "skip-failed"]
     if not stuck:
         return None
     return (
-        f"{len(stuck)} cell(s) failed and have no retries left: `vitscale status {runs}` shows "
+        f"{len(stuck)} cell(s) failed and are not retried: `vitscale status {runs}` shows "
         f"each error; fix its cause, then `vitscale grid {grid_path} --retry-failed` runs them "
         "again (a change to an operational key, e.g. --set data.skip_bad_samples=N, reaches them)"
     )

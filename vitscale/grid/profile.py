@@ -13,6 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from ..config import yaml_load
+from ..memory import CHECKPOINT_BYTES_PER_PARAM, CHECKPOINT_WRITE_BYTES_PER_S, checkpoint_write_s
+
+# Of ``signal_delay_s``, what is left to requeue once the trainer has checkpointed and
+# stopped: :class:`vitscale.grid.slurm.CellJob` waits the rest for it.
+REQUEUE_S = 15
 
 
 def parse_time(text: str | int) -> int:
@@ -58,6 +63,22 @@ class Profile:
     @property
     def time_limit_min(self) -> int:
         return parse_time(self.time_limit)
+
+    def preemption_problem(self, *, params: int, cell: str) -> str | None:
+        """``signal_delay_s`` against what a signalled cell of ``params`` parameters needs:
+        to write its checkpoint (:func:`vitscale.memory.checkpoint_write_s`), then
+        :data:`REQUEUE_S` to requeue. Shorter, the requeue kills the write, and every time
+        limit sends the cell back to its last periodic checkpoint."""
+        need = checkpoint_write_s(params) + REQUEUE_S
+        if self.signal_delay_s >= need:
+            return None
+        size = CHECKPOINT_BYTES_PER_PARAM * params / 1e9
+        return (
+            f"profile {self.name!r}: signal_delay_s={self.signal_delay_s} is less than the "
+            f"{need:.0f} s cell {cell} needs to checkpoint and requeue ({size:.1f} GB at "
+            f"{CHECKPOINT_WRITE_BYTES_PER_S / 1e6:.0f} MB/s, then {REQUEUE_S} s); set "
+            f"signal_delay_s: {60 * -(-need // 60):.0f} or more"
+        )
 
     def check(
         self, resources: dict, *, where: str, origin: dict[str, str] | None = None

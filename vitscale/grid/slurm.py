@@ -18,8 +18,9 @@ Time limits and preemption
     SLURM sends SIGUSR1 ``signal_delay_s`` seconds before the time limit (``--signal=USR1@N``
     reaches the processes ``srun`` started: submitit's and the trainer's). The trainer
     checkpoints at the next step boundary and exits with ``EXIT_PREEMPTED``; submitit's
-    handler calls :meth:`CellJob.checkpoint`, which waits for that checkpoint, then submitit
-    requeues the job and the requeued task starts the cell again, which resumes from its
+    handler calls :meth:`CellJob.checkpoint`, which waits for that checkpoint (up to
+    ``signal_delay_s`` less :data:`~vitscale.grid.profile.REQUEUE_S`, which the grid checks
+    holds its largest cell's checkpoint write), then submitit requeues the job and the requeued task starts the cell again, which resumes from its
     checkpoint. SIGUSR1 rather than submitit's default SIGUSR2: where SLURM tracks jobs by
     cgroup every process of the step gets the signal, and SIGUSR2 would kill the trainer
     (which only handles SIGUSR1 and SIGTERM). A preemption by SLURM itself (SIGTERM, then
@@ -53,7 +54,7 @@ from ..record import LOG
 from .cellrun import EXIT_OK, EXIT_PREEMPTED, is_done
 from .local import cell_command
 from .plan import JOB_FILE, Planned, plan, prepare, retry_hint, summary
-from .profile import Profile, Shape, SlurmError, shape_for
+from .profile import REQUEUE_S, Profile, Shape, SlurmError, shape_for
 from .spec import Grid
 
 # SLURM job states in which a job may still run the cell (squeue/sacct spellings).
@@ -88,6 +89,12 @@ SLURM_FOLDER = ".slurm"  # submitit's scripts and logs, beside the grid's run fo
 # How long one `squeue` snapshot answers job_state: one query for a whole `status` table or
 # submission plan instead of one per cell.
 SQUEUE_TTL_S = 5.0
+# How long a task of rank > 0 whose trainer failed waits for rank 0 to record the cell before
+# it fails too: ``--kill-on-bad-exit`` then ends every task, rank 0's with it. Rank 0 learns of
+# the failure at its next collective, waits up to vitscale.train.run.PEER_FAILURE_WAIT_S
+# for the failed process's note, then writes result.json. Bounded: a rank 0 hung in a
+# collective is what --kill-on-bad-exit is there to end.
+RANK0_RECORD_WAIT_S = 60.0
 
 
 # --------------------------------------------------------------------------- shapes
@@ -100,7 +107,8 @@ def srun_args(shape: Shape) -> list[str]:
     ``cuda:LOCAL_RANK`` (what the trainer's Accelerate does); ``--gpu-bind=none`` keeps a
     cluster default from hiding the others (NCCL's peer-to-peer paths need them visible).
     ``--kill-on-bad-exit=1``: a task that fails ends the others at once, instead of leaving
-    them waiting in a collective for a peer that is gone."""
+    them waiting in a collective for a peer that is gone (a task other than rank 0's first
+    gives rank 0 time to record the cell: :meth:`CellJob._await_record`)."""
     args = [f"--cpus-per-task={shape.cpus_per_task}", "--kill-on-bad-exit=1"]
     if shape.gpus_per_node:
         args.append("--gpu-bind=none")
@@ -244,7 +252,19 @@ class CellJob:
                 flush=True,
             )
             return code
+        if rank > 0:
+            self._await_record()
         raise CellFailed(f"cell {run_dir.name} exited with {code}; see {log}")
+
+    def _await_record(self) -> None:
+        """Wait (at most :data:`RANK0_RECORD_WAIT_S`) for rank 0 to write result.json:
+        failing this task first would have ``srun --kill-on-bad-exit`` end rank 0 before it
+        records the cell, which every later ``vitscale grid`` would then submit again as if
+        interrupted. (A failed cell's earlier result.json is set aside before it runs again.)"""
+        result = Path(self.run_dir) / rf.RESULT
+        deadline = time.monotonic() + RANK0_RECORD_WAIT_S
+        while not result.is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
 
     def _reap(self) -> None:
         assert self._child is not None
@@ -329,9 +349,7 @@ def submit_cells(
 
     executor = _make_executor(folder / "%j")
     executor.update_parameters(**executor_parameters(shape, profile, job_name=job_name))
-    stop_timeout_s = max(
-        5.0, profile.signal_delay_s - 15.0
-    )  # leave time to requeue before the kill
+    stop_timeout_s = max(5.0, profile.signal_delay_s - REQUEUE_S)  # then requeue, before the kill
     jobs = []
     try:
         with executor.batch():
@@ -354,7 +372,7 @@ def submit_cells(
 
 def submit(grid: Grid, *, runs_root: Path, profile: Profile, retry_failed: bool = False) -> int:
     """Submit the grid's cells that are neither done, running nor queued; returns an exit
-    code: 1 when failed cells with no retries left were skipped (the hint says how to
+    code: 1 when failed cells were skipped, not retried (the hint says how to
     retry them)."""
     planned = plan(grid, runs_root, is_queued=is_queued, retry_failed=retry_failed)
     print(f"grid {grid.name!r}: {summary(planned)}")

@@ -5,7 +5,7 @@ Layout under ``<run>/checkpoints/``::
     step_000001000/          the complete checkpoint before the latest: the fallback
     step_000001200/          the latest complete checkpoint
         state.pt             model, optimiser, scheduler, step, progress (rank 0)
-        rng_rank0.pt ...     every RNG of every process (torch, CUDA, numpy, python)
+        rng_rank0.pt ...     every RNG of every process (torch, its GPU's, numpy, python)
     .tmp-step_000001400/     a checkpoint being written: never read
 
 A checkpoint folder gets its final name only after every process has written and
@@ -103,7 +103,11 @@ def prune(directory: Path, *, keep: int) -> None:
 
 
 def rng_state() -> dict[str, Any]:
-    """Every RNG this process draws from, as tensors and plain values (weights_only-safe)."""
+    """Every RNG this process draws from, as tensors and plain values (weights_only-safe):
+    the CPU's, numpy's, Python's and, on a GPU, its own device's (the current one:
+    Accelerate's ``cuda:LOCAL_RANK``). Not every visible GPU's: under ``--gpu-bind=none`` a
+    process sees all of its node's, and a resume on fewer (2 x 4 after 1 x 8, ``--processes
+    4``) indexed past them, or gave a process whose local rank changed another GPU's RNG."""
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     state = {
         "torch": torch.get_rng_state(),
@@ -117,11 +121,13 @@ def rng_state() -> dict[str, Any]:
         "python": _python_state_to_tensor(random.getstate()),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+    """:func:`rng_state` restored, the saved GPU's into this process's own. A checkpoint
+    from before holds every visible GPU's: the one at this device's index, if any."""
     torch.set_rng_state(state["torch"])
     n = state["numpy"]
     np.random.set_state(
@@ -134,8 +140,14 @@ def set_rng_state(state: dict[str, Any]) -> None:
         )
     )
     random.setstate(_python_state_from_tensor(state["python"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    gpu = state.get("cuda")
+    if gpu is None or not torch.cuda.is_available():
+        return
+    if isinstance(gpu, list):
+        index = torch.cuda.current_device()
+        gpu = gpu[index] if index < len(gpu) else None
+    if gpu is not None:
+        torch.cuda.set_rng_state(gpu)
 
 
 def _python_state_to_tensor(state: tuple) -> dict[str, Any]:

@@ -81,7 +81,7 @@ class _Between:
 
     first_bad: torch.Tensor
     skipped: dict[str, None] = field(default_factory=dict)
-    logged_at: tuple[float, int] = (0.0, 0)  # (time, step) of the last log row
+    logged_at: tuple[float, int] = (0.0, 0)  # (training clock, step) of the last log row
 
 
 def pretrain(run: Run) -> None:
@@ -92,7 +92,7 @@ def pretrain(run: Run) -> None:
     run.watch.totals["setup"] += time.perf_counter() - run.setup_started
     between = _Between(
         first_bad=torch.zeros((), dtype=torch.int64, device=run.device),
-        logged_at=(time.time(), run.step),
+        logged_at=(_training_clock(run), run.step),
     )
     if (row := run.progress.pop("pending_row", None)) is not None:
         _log_and_evaluate(run, row=row, evaluating=True)  # stopped mid-evaluation: again
@@ -202,7 +202,7 @@ def _training_row(
     run: Run, between: _Between, loss: torch.Tensor, grad_norm: torch.Tensor, peak
 ) -> dict[str, Any]:
     mean_loss = run.accelerator.reduce(loss, reduction="mean") if run.world > 1 else loss
-    now = time.time()
+    now = _training_clock(run)
     then, at = between.logged_at
     rate = (run.step - at) * run.cfg.train.batch_size / max(now - then, 1e-9)
     between.logged_at = (now, run.step)
@@ -217,6 +217,13 @@ def _training_row(
     if run.device.type == "cuda":  # this process's high-water mark (no sync)
         row["memory/peak_gib"] = torch.cuda.max_memory_allocated(run.device) / 2**30
     return row
+
+
+def _training_clock(run: Run) -> float:
+    """Seconds of this process's life less its evaluations and checkpoints (their own
+    ``time_s`` buckets): what images/s and MFU divide by. A row's evaluation and checkpoint
+    come after it is logged; counted, they would be the next row's, which would dip."""
+    return time.perf_counter() - run.watch.totals["eval"] - run.watch.totals["checkpoint"]
 
 
 def _axes(run: Run, step: int) -> dict[str, Any]:

@@ -138,12 +138,13 @@ class Run:
         """Restore the newest checkpoint that reads back whole (a corrupted latest falls
         back to the one before); none readable: the cell fails, saying which. Rank 0
         chooses (verifying once) and every process loads its choice: processes that chose
-        alone could resume at different steps after one of them failed a read, then hang."""
+        alone could resume at different steps after one of them failed a read, then hang.
+        Any failure to load or restore it is the cell's, recorded in result.json: an
+        unrecorded one would be submitted again by every ``vitscale grid``."""
         latest, skipped, error = from_rank0(self.accelerator, self._choose_checkpoint())
-        state = rng = None
         if error is None and latest is not None:
             try:
-                state, rng = checkpoint.load(latest, rank=self.rank)
+                self._restore(*checkpoint.load(latest, rank=self.rank))
             except Exception as e:  # noqa: BLE001 - every process fails with it, below
                 rank = f"rank {self.rank}: " if self.world > 1 else ""
                 error = f"{rank}{latest}: {type(e).__name__}: {e}"
@@ -158,7 +159,6 @@ class Run:
         for problem in skipped:
             self.accelerator.print(f"skipped a checkpoint that cannot be resumed from: {problem}")
         if latest is not None:
-            self._restore(state, rng)
             every = (
                 f": rank 0's choice, loaded by all {self.world} processes" if self.world > 1 else ""
             )
@@ -425,12 +425,13 @@ def _pretraining_set(planned: Plan, accelerator) -> tuple[Any, Plan]:
 
 def _device_decoder(cfg: Config, train_set, device: torch.device):
     """A sharded set decoded on the training device (``data.decode``): its stream then
-    yields encoded bytes, and this decodes them; None where the workers decode."""
-    from ..data.shards.dataset import ShardSet
-    from ..data.shards.device import DeviceDecoder, decode_on_device
+    yields encoded bytes, and this decodes them (replacing bad images through a stream of
+    its own); None where the workers decode."""
+    from ..data.shards import decode_on_device
+    from ..data.shards.device import DeviceDecoder
 
-    on_device = decode_on_device(cfg.data.decode, device)
-    if not (on_device and isinstance(train_set, ShardSet)):
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    if not decode_on_device(cfg.data, gpu=gpu):
         return None
     train_set.on_device = True
     return DeviceDecoder(
@@ -438,6 +439,7 @@ def _device_decoder(cfg: Config, train_set, device: torch.device):
         augment=train_set.augment,
         crop=train_set.crop,
         device=device,
+        stream=train_set.stream(seed=cfg.seed),
     )
 
 

@@ -6,9 +6,10 @@ Accelerate does all device and distribution work. Facts found on CPU: under ``to
 is visible; :func:`shutdown` destroys the process group, the last thing a launched process
 does, and nothing may keep the group alive past it (the import below).
 
-Precision ``auto`` is bf16 where the hardware runs it fast (CUDA GPUs with bf16 support;
-CPUs with AVX512-BF16 or AMX units, measured 1.2-1.8x faster than fp32 for the demo
-models), fp32 elsewhere. What stays fp32 on a GPU (matmuls outside autocast, fp32 runs)
+Precision ``auto`` is bf16 where the hardware runs it natively (GPUs of compute capability
+8.0 on: A100, H100, L40S, A10; CPUs with AVX512-BF16 or AMX units, measured 1.2-1.8x
+faster than fp32 for the demo models), fp32 elsewhere: a V100 or T4 runs bf16 only
+emulated, which ``torch.cuda.is_bf16_supported()`` counts unless told not to. What stays fp32 on a GPU (matmuls outside autocast, fp32 runs)
 may use TF32 tensor cores.
 """
 
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 
 from ..flops import peak_flops_of
+from ..memory import checkpoint_write_s
 
 # Before any process group exists: torch.distributed.nn's functions take
 # ``group=group.WORLD`` as a default argument, evaluated when the module is first imported
@@ -36,10 +38,8 @@ from ..flops import peak_flops_of
 if torch.distributed.is_available():
     import torch.distributed.nn  # noqa: F401  (imported for that side effect)
 
-# Checkpoint write speed assumed when sizing the process group's timeout: a slow shared
-# file system under load. The timeout never goes below 30 min (gloo's default; NCCL's is
-# 10 min, which a ViT-H checkpoint at this speed, 10 GB, would exceed).
-CHECKPOINT_WRITE_BYTES_PER_S = 20e6
+# The process group's timeout never goes below 30 min (gloo's default; NCCL's is 10 min,
+# which a ViT-H checkpoint, 10 GB at vitscale.memory's assumed write speed, would exceed).
 MIN_TIMEOUT_S = 1800.0
 
 
@@ -58,16 +58,15 @@ def resolve_precision(precision: str) -> str:
     if precision != "auto":
         return precision
     if torch.cuda.is_available():
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+        return "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp32"
     return "bf16" if cpu_has_fast_bf16() else "fp32"
 
 
 def process_group_timeout(params: int) -> dt.timedelta:
-    """Long enough for rank 0 to write a checkpoint (16 bytes per parameter under AdamW)
-    while the other ranks wait at a barrier: twice the time it takes at
-    :data:`CHECKPOINT_WRITE_BYTES_PER_S`, the longest collective wait of a run."""
-    write_s = 16 * params / CHECKPOINT_WRITE_BYTES_PER_S
-    return dt.timedelta(seconds=max(MIN_TIMEOUT_S, 2 * write_s))
+    """Long enough for rank 0 to write a checkpoint while the other ranks wait at a
+    barrier: twice the time :func:`vitscale.memory.checkpoint_write_s` assumes, the longest
+    collective wait of a run."""
+    return dt.timedelta(seconds=max(MIN_TIMEOUT_S, 2 * checkpoint_write_s(params)))
 
 
 def use_cpu() -> bool:

@@ -16,6 +16,7 @@ import torch
 from .. import memory
 from ..catalog import family
 from ..config import Config, ConfigError
+from ..data.shards import decode_on_device
 from ..data.workers import auto_num_workers
 from ..flops import count
 from .runtime import resolve_precision
@@ -31,9 +32,11 @@ def num_workers_for(cfg: Config, *, device: torch.device) -> int:
 def micro_batch_for(
     cfg: Config, *, per_process: int, num_classes: int, device: torch.device
 ) -> int:
-    """Pre-training's micro-batch per process."""
+    """Pre-training's micro-batch per process, beside its batch where that is decoded on
+    the device (``data.decode``)."""
     if cfg.train.micro_batch_size:
         return cfg.train.micro_batch_size
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     return _fit(
         per_process,
         device,
@@ -48,6 +51,7 @@ def micro_batch_for(
         precision=resolve_precision(cfg.train.precision),
         optimizer="adamw",
         loss=cfg.train.loss or "softmax",
+        decode_batch=per_process if decode_on_device(cfg.data, gpu=gpu) else 0,
     )
 
 

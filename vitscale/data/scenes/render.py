@@ -1,5 +1,7 @@
 """Pixels of the scenes world (:mod:`.world`, decided by :mod:`.layout`), with torch
-operations that run where the tensors are: the CPU in loader workers, or a GPU.
+operations that run where the tensors are: in training, on the CPU of the loader's
+workers (:class:`SceneImages`); on a GPU where asked (``render(..., device=...)``: ``benchmarks/scenes_render.py --device cuda``),
+its layout copied there in one non-blocking copy per batch.
 
 Drawing order: a smooth clutter field in two colours of one brightness range (a bank of
 value-noise fields made once per resolution and device), clutter fragments anywhere, then
@@ -165,6 +167,23 @@ def _paste(flat: Tensor, alpha: Tensor, corner: Tensor, window: Tensor, colour: 
     flat.scatter_(2, index, pixels)
 
 
+def _to_device(arrays: dict[str, np.ndarray], device: torch.device) -> dict[str, Tensor]:
+    """``arrays`` on ``device`` in one copy: packed into one buffer (each at an 8-byte
+    boundary, so each is a view of its dtype there), pinned and copied without the host
+    waiting on a GPU. A copy each would be as many waits for the device, per batch."""
+    sizes = [-(-a.nbytes // 8) * 8 for a in arrays.values()]
+    starts = [int(x) for x in np.cumsum([0, *sizes[:-1]])]
+    packed = np.zeros(sum(sizes), np.uint8)
+    for a, start in zip(arrays.values(), starts, strict=True):
+        packed[start : start + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    host = torch.from_numpy(packed)
+    on = (host.pin_memory() if device.type == "cuda" else host).to(device, non_blocking=True)
+    return {
+        key: on[start : start + a.nbytes].view(torch.from_numpy(a[:0]).dtype).view(a.shape)
+        for (key, a), start in zip(arrays.items(), starts, strict=True)
+    }
+
+
 def render(
     task: w.SceneTask, split: str, indices: np.ndarray, image_size: int, *, device="cpu"
 ) -> Batch:
@@ -175,7 +194,7 @@ def render(
     scene = lay.decide(task, split, indices)
     dev = torch.device(device)
     bank = _bank(image_size, str(dev))
-    p = {k: torch.from_numpy(v).to(dev) for k, v in _layers(scene, image_size, bank).items()}
+    p = _to_device(_layers(scene, image_size, bank) | {"targets": scene.targets}, dev)
     s = image_size
 
     # 1. the clutter field, between two colours of the background's brightness (the
@@ -191,7 +210,7 @@ def render(
         ):
             _paste(flat, sprites[rows], corner, bank[f"{kind}_window"], colour)
     images = canvas[:, :, :s, :s].contiguous()
-    return Batch(images=images, targets=torch.from_numpy(scene.targets).to(dev))
+    return Batch(images=images, targets=p["targets"])
 
 
 class SceneImages(RenderedSplit):

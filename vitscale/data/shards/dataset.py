@@ -189,28 +189,41 @@ class ShardStream(PositionStream):
 
     def _one(self, position: int, example: int, skipped: list[str]) -> tuple:
         """The example at ``position``, or the next good one (counted in ``skipped``):
-        ``(image, target)``, or on a device-decoding set ``(bytes, target, shard, key, seed)``."""
-        limit, tries = self.base.skip_bad_samples, 0
+        ``(image, target)``, or on a device-decoding set ``(bytes, target, shard, key, seed,
+        position)``."""
+        tries = 0
         while True:
             seed = derive_key(_AUGMENT, self.seed, position)
             try:
                 if self.base.on_device:
-                    return (*self.base.read(example), seed)
+                    return (*self.base.read(example), seed, position)
                 return self.base.load(example, seed=seed)
             except SampleError as e:
-                if not limit:
-                    raise DatasetFormatError(f"{e}; {_SKIP_HINT}") from None
-                skipped.append(f"{e.shard}: key {e.key!r}: {e.reason}")
+                self._skip(e, skipped)
                 # The trainer limits the distinct ones; this only ends a search that finds
                 # no good example: more bad ones in a row than an epoch boundary explains.
                 tries += 1
-                if tries > 2 * limit + 1:
+                if tries > 2 * (limit := self.base.skip_bad_samples) + 1:
                     raise DatasetFormatError(
                         f"{self.base.name}: {tries} bad examples in a row, more than "
                         f"data.skip_bad_samples={limit} allows; last: {e}"
                     ) from None
                 position += 1
                 example = int(self.order([position])[0])
+
+    def _skip(self, error: SampleError, skipped: list[str]) -> None:
+        """Count a bad example in its batch's ``skipped`` (the trainer limits the distinct
+        ones); an error when none may be."""
+        if not self.base.skip_bad_samples:
+            raise DatasetFormatError(f"{error}; {_SKIP_HINT}") from None
+        skipped.append(f"{error.shard}: key {error.key!r}: {error.reason}")
+
+    def replacement(self, position: int, error: SampleError, skipped: list[str]) -> tuple:
+        """What replaces the example at ``position``, read whole but found bad by its
+        decoder on the device (:class:`~.device.DeviceDecoder`): counted as the workers
+        count theirs, and the next good example, as :meth:`_one` gives it."""
+        self._skip(error, skipped)
+        return self._one(position + 1, int(self.order([position + 1])[0]), skipped)
 
     def __getitems__(self, positions: list[int]) -> Batch | ReadFailure:
         skipped: list[str] = []
@@ -236,8 +249,9 @@ def _encoded(examples: list[tuple], skipped: list[str]) -> EncodedBatch:
         images=torch.cat(data),
         targets=torch.stack([t for _, t, *_ in examples]),
         lengths=torch.tensor([len(d) for d in data]),
-        seeds=tuple(seed for *_, seed in examples),
-        keys=tuple(f"{shard}: key {key!r}" for _, _, shard, key, _ in examples),
+        seeds=tuple(seed for *_, seed, _ in examples),
+        where=tuple((str(shard), key) for _, _, shard, key, *_ in examples),
+        positions=tuple(position for *_, position in examples),
         skipped=tuple(skipped),
     )
 

@@ -16,35 +16,50 @@ workers (tested against them). On the CPU the two paths give bit-identical image
 same decoder and kernels); on a GPU nvJPEG and the GPU's resampling differ from libjpeg
 and the CPU's in the last bits.
 
-Bad examples: the workers still find a missing image or label and replace it
-(``data.skip_bad_samples``); an image that only fails to *decode* is found here, and is
-an error naming its shard and key (decode on the workers to have it replaced).
+Every image the workers decode decodes here, to the same pixels on the CPU (the workers'
+decoder, :func:`~vitscale.data.shards.read.decode`): on a GPU nvJPEG gets the JPEGs it
+decodes (8-bit, 1 or 3 components, read off the frame header) and the rest (PNG, WebP, CMYK
+JPEGs) is decoded on the CPU and copied over, said once. An image that does not decode is
+replaced as on the workers (``data.skip_bad_samples``: the next stream position's example,
+counted with the batch), else an error naming its shard and key.
+
+On a GPU (:meth:`DeviceDecoder.__call__`) the next batch is drawn while the step computes,
+and nothing here waits for the device: no blocking copy, no sync, no tensor made from host
+data (``v2.Normalize`` makes its mean and std so: Python scalars instead).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
-from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
 from ..batch import Batch
 from ..registry import DatasetFormatError
 from ..transforms import EVAL_RESIZE_RATIO, INCEPTION_AREA, INCEPTION_RATIO
+from .read import SampleError, decode
+
+if TYPE_CHECKING:
+    from .dataset import ShardStream
 
 
 @dataclass(frozen=True, kw_only=True)
 class EncodedBatch(Batch):
     """A batch as the workers read it: ``images`` holds every example's encoded bytes
     back to back (uint8, 1-D), ``lengths`` each one's length, ``seeds`` each one's
-    augmentation key (64-bit, so not a tensor), ``keys`` where each came from (errors)."""
+    augmentation key (64-bit, so not a tensor), ``where`` each one's (shard, key) and
+    ``positions`` its stream position (to replace one that does not decode)."""
 
     lengths: Tensor
     seeds: tuple[int, ...]
-    keys: tuple[str, ...] = ()
+    where: tuple[tuple[str, str], ...] = ()
+    positions: tuple[int, ...] = ()
 
     def encoded(self) -> list[Tensor]:
         return list(self.images.split(self.lengths.tolist()))
@@ -90,53 +105,135 @@ def flipped(generator: torch.Generator) -> bool:
     return bool(torch.rand(1, generator=generator).item() < 0.5)
 
 
+# Frame headers (SOF) of the JPEGs nvJPEG decodes: baseline, extended and progressive
+# Huffman; not lossless, not arithmetic-coded.
+_NVJPEG_FRAMES = (0xC0, 0xC1, 0xC2)
+_FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # every SOFn (C4, C8, CC are not)
+
+
+def nvjpeg_decodes(data: Tensor) -> bool:
+    """Whether nvJPEG decodes these bytes to RGB: a JPEG whose frame header says 8-bit
+    samples in 1 or 3 components. Not CMYK or YCCK (4 components; ImageNet-1k has about
+    22), 12-bit, lossless or arithmetic-coded JPEGs, nor anything but a JPEG."""
+    b = memoryview(data.numpy())
+    if len(b) < 4 or b[0] != 0xFF or b[1] != 0xD8:
+        return False
+    i = 2
+    while i + 9 < len(b) and b[i] == 0xFF:
+        marker = b[i + 1]
+        if marker == 0xFF:  # a fill byte
+            i += 1
+        elif marker in _FRAMES:
+            return marker in _NVJPEG_FRAMES and b[i + 4] == 8 and b[i + 9] in (1, 3)
+        else:
+            i += 2 + (b[i + 2] << 8 | b[i + 3])
+    return False
+
+
 class DeviceDecoder:
     """:class:`EncodedBatch` -> :class:`Batch` on ``device``: what the workers' transforms
-    (:mod:`vitscale.data.transforms`) would have made of the same bytes and seeds."""
+    (:mod:`vitscale.data.transforms`) would have made of the same bytes and seeds.
+    ``stream``: the set's stream, which replaces an image that does not decode
+    (``data.skip_bad_samples``); without it such an image is an error."""
 
-    def __init__(self, *, image_size: int, augment: bool, crop: bool, device) -> None:
+    def __init__(
+        self,
+        *,
+        image_size: int,
+        augment: bool,
+        crop: bool,
+        device,
+        stream: ShardStream | None = None,
+    ) -> None:
         self.size = image_size
         self.augment = augment
         self.crop = crop
         self.device = torch.device(device)
-        self._stream = None  # the side CUDA stream the batches are drawn on
-        self._to_float = v2.Compose(
-            [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean=[0.5] * 3, std=[0.5] * 3)]
-        )
+        self.stream = stream
+        self._streams = None  # (augmentation, nvJPEG): side CUDA streams, made on first use
+        self._said = False  # the fall back to the CPU is said once
 
-    def _decode(self, batch: EncodedBatch) -> list[Tensor]:
-        from torchvision.io import ImageReadMode, decode_image, decode_jpeg
+    def _on(self, kind: int):
+        """Work queued on side stream ``kind`` (0: augmentation, 1: nvJPEG) on a GPU."""
+        if self.device.type != "cuda":
+            return contextlib.nullcontext()
+        if self._streams is None:
+            self._streams = (torch.cuda.Stream(self.device), torch.cuda.Stream(self.device))
+        return torch.cuda.stream(self._streams[kind])
+
+    def _to_device(self, image: Tensor) -> Tensor:
+        """A CPU tensor on the device without the host waiting: copied from pinned memory."""
+        if self.device.type != "cuda":
+            return image
+        return image.pin_memory().to(self.device, non_blocking=True)
+
+    def _decode(self, batch: EncodedBatch) -> tuple[list[Tensor | None], dict[int, str]]:
+        """Each image on the device, RGB (uint8; uint16 for 16-bit PNGs), and why those
+        that do not decode do not. On a GPU the JPEGs nvJPEG decodes go to it in one call;
+        the rest, and all on a CPU, are decoded as the workers decode them."""
+        from torchvision.io import ImageReadMode, decode_jpeg
 
         data = batch.encoded()
-        jpeg = [bool(len(d) > 2 and d[0] == 0xFF and d[1] == 0xD8) for d in data]
         out: list[Tensor | None] = [None] * len(data)
-        at = [i for i, j in enumerate(jpeg) if j]
-        try:
-            if at:
-                decoded = decode_jpeg(
-                    [data[i] for i in at], mode=ImageReadMode.RGB, device=self.device
-                )
-                for i, image in zip(at, decoded, strict=True):
+        gpu = [i for i, d in enumerate(data) if self.device.type == "cuda" and nvjpeg_decodes(d)]
+        if gpu:
+            # nvJPEG writes on a private stream, ordered after nothing, into memory taken on
+            # the current stream (pytorch/vision PR 9606): a stream of its own, where no
+            # kernel ever reads a block freed while still in use. What it wrote is marked
+            # used by the augmentation stream, which waits for the decode.
+            try:
+                with self._on(1):
+                    decoded = decode_jpeg(
+                        [data[i] for i in gpu], mode=ImageReadMode.RGB, device=self.device
+                    )
+            except RuntimeError as e:  # nvJPEG refused one of them: all of them on the CPU
+                self._say(batch.where[gpu[0]] if batch.where else None, str(e).splitlines()[0])
+                gpu = []
+            else:
+                augmentation, nvjpeg = self._streams
+                augmentation.wait_stream(nvjpeg)
+                for i, image in zip(gpu, decoded, strict=True):
+                    image.record_stream(augmentation)
                     out[i] = image
-            for i in (i for i, j in enumerate(jpeg) if not j):  # PNG, WebP: on the CPU
-                out[i] = decode_image(data[i], mode=ImageReadMode.RGB).to(self.device)
-        except RuntimeError:
-            return [
-                self._one(d, batch.keys[i] if batch.keys else str(i)) for i, d in enumerate(data)
-            ]
-        return out
+        failed = {}
+        for i in sorted(set(range(len(data))) - set(gpu)):
+            if self.device.type == "cuda":
+                self._say(batch.where[i] if batch.where else None, "not a JPEG nvJPEG decodes")
+            try:
+                out[i] = self._to_device(decode(data[i].numpy().tobytes()))
+            except ValueError as e:
+                failed[i] = str(e)
+        return out, failed
 
-    def _one(self, data: Tensor, key: str) -> Tensor:
-        """One image, alone: to find which one of a batch does not decode."""
-        from torchvision.io import ImageReadMode, decode_image
+    def _say(self, where: tuple[str, str] | None, why: str) -> None:
+        if not self._said:
+            self._said = True
+            image = f"{where[0]}: key {where[1]!r}" if where else "an image"
+            print(
+                f"warning: data.decode: device: {image} is decoded on the CPU ({why}); so are "
+                "such images from here on, unreported",
+                file=sys.stderr,
+                flush=True,
+            )
 
-        try:
-            return decode_image(data, mode=ImageReadMode.RGB).to(self.device)
-        except RuntimeError as e:
-            raise DatasetFormatError(
-                f"{key}: cannot decode the image on {self.device}: {str(e).splitlines()[0]} "
-                "(set data.decode: workers to have bad images replaced, data.skip_bad_samples)"
-            ) from None
+    def _replace(self, batch: EncodedBatch, i: int, reason: str, skipped: list[str]) -> tuple:
+        """``(image, seed, target)`` of the example that replaces example ``i`` of the batch,
+        which does not decode: the next stream position's, as the workers replace it."""
+        (shard, key), position = batch.where[i], batch.positions[i]
+        while True:
+            if self.stream is None:
+                raise DatasetFormatError(f"shard {shard}, key {key!r}: {reason}")
+            error = SampleError(self.stream.base.name, shard, key, reason)
+            data, target, shard, key, seed, position = self.stream.replacement(
+                position, error, skipped
+            )
+            print(f"warning: replaced a bad example: {skipped[-1]}", file=sys.stderr)
+            try:
+                image = self._to_device(decode(data))
+            except ValueError as e:
+                reason = str(e)
+                continue
+            return image, seed, target
 
     def _transform(self, image: Tensor, seed: int) -> Tensor:
         s = self.size
@@ -151,38 +248,38 @@ class DeviceDecoder:
         return TF.horizontal_flip(image) if flipped(generator) else image
 
     def _pixels(self, batch: EncodedBatch) -> Batch:
-        images = self._decode(batch)
-        seeds = batch.seeds
-        pixels = torch.stack(
-            [self._transform(im, sd) for im, sd in zip(images, seeds, strict=True)]
-        )
+        images, failed = self._decode(batch)
+        seeds, targets, skipped = list(batch.seeds), batch.targets, list(batch.skipped)
+        if failed:
+            targets = targets.clone()
+            for i, reason in failed.items():
+                images[i], seeds[i], targets[i] = self._replace(batch, i, reason, skipped)
+        pixels = [self._transform(im, sd) for im, sd in zip(images, seeds, strict=True)]
+        if len({p.dtype for p in pixels}) > 1:  # e.g. a 16-bit PNG among 8-bit JPEGs
+            pixels = [TF.to_dtype(p, torch.float32, scale=True) for p in pixels]
+        # [-1, 1] as the workers' v2.Normalize(0.5, 0.5) makes it, bit for bit, with Python
+        # scalars: Normalize's own tensors would be copies from the host, each a sync.
+        images = TF.to_dtype(torch.stack(pixels), torch.float32, scale=True).sub_(0.5).div_(0.5)
         return Batch(
-            images=self._to_float(pixels),
-            targets=batch.targets.to(self.device, non_blocking=True),
-            skipped=batch.skipped,
+            images=images,
+            targets=targets.to(self.device, non_blocking=True),
+            skipped=tuple(skipped),
         )
 
     def __call__(self, batch: EncodedBatch) -> Batch:
         """The batch's images on the device. On a GPU they are drawn on a side stream,
         which the training stream waits for without the host waiting: the trainer asks
-        for batch ``i + 1`` after it has queued step ``i``, so the GPU decodes the next
-        batch while it computes the current step."""
+        for batch ``i + 1`` after it has queued step ``i``, so the GPU draws the next
+        batch while it computes the current step. The side stream waits for nothing of
+        the training stream's: what it allocates is its own, and what the training stream
+        uses of it is marked so (``record_stream``), so the allocator reuses none of it
+        before that stream is done with it."""
         if self.device.type != "cuda":
             return self._pixels(batch)
-        if self._stream is None:
-            self._stream = torch.cuda.Stream(self.device)
-        main = torch.cuda.current_stream(self.device)
-        self._stream.wait_stream(main)  # the buffers it may reuse are free
-        with torch.cuda.stream(self._stream):
+        with self._on(0):
             out = self._pixels(batch)
-        main.wait_stream(self._stream)
+        main = torch.cuda.current_stream(self.device)
+        main.wait_stream(self._streams[0])
         for t in (out.images, out.targets):
-            t.record_stream(main)  # allocated on the side stream, used on the main one
+            t.record_stream(main)
         return out
-
-
-def decode_on_device(setting: str, device: torch.device) -> bool:
-    """``data.decode``: ``"device"``, ``"workers"``, or ``"auto"``: on the device where it
-    is a GPU (nvJPEG), on the workers elsewhere (on a CPU both are the same cores). The
-    config schema has checked the value."""
-    return setting == "device" or (setting == "auto" and torch.device(device).type == "cuda")
