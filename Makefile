@@ -10,7 +10,7 @@ RUNS ?= runs
 FIGURES ?= figures
 WORKERS ?= 2
 
-.PHONY: install check test test-latest lock cluster lint format demo demo-slurm demo-report study study-gpu sweep report bench clean
+.PHONY: install check test test-latest lock cluster lint format demo demo-slurm demo-report study study-gpu control sweep report bench clean
 
 # Installs are locked: requirements.lock pins every package, pip included, to the versions
 # the suite last passed with (CPython 3.11 on x86_64; README, "Installing"). LOCK= resolves
@@ -131,6 +131,14 @@ study: $(STAMP)
 	$(VENV)/bin/vitscale grid experiments/scenes_study.yaml --executor local --workers $(WORKERS) --runs $(RUNS)
 	@$(MAKE) --no-print-directory report GRID=study
 	@$(MAKE) --no-print-directory report GRID=scenes_study METRIC="$(SCENES_METRIC)"
+
+# The positive control (at most 40 minutes on 2 cores; issue 35): the glyph world with a
+# fraction of its pixels permuted, pre-registered (experiments/preregistered/permuted.md);
+# `vitscale summary` reads its cells by the registered rules (H0-H3), `vitscale figures`
+# draws Fig. 4 per level and the gap against the fraction moved.
+control: $(STAMP)
+	$(VENV)/bin/vitscale grid experiments/control.yaml --executor local --workers $(WORKERS) --runs $(RUNS)
+	@$(MAKE) --no-print-directory report GRID=control
 
 # The scenes study at one-GPU scale (experiments/scenes_gpu.yaml, a draft until it is
 # registered): runs where a CUDA device is, else says so and prints its plan.

@@ -19,7 +19,11 @@ sets can share a folder):
 - ``fig3_<metric>.png|pdf``: only when the runs span several pre-training datasets;
 - ``table6.md``, ``table6.tex``: our cells, the paper's values beside them for models
   the paper has;
-- ``curves_<metric>.png|pdf`` with ``curves``: the same metrics along training.
+- ``curves_<metric>.png|pdf`` with ``curves``: the same metrics along training;
+- for the positive control's cells (``worlds``), ``control_gap.png|pdf`` instead of
+  Figs. 5 and 3 and Table 6: the gap at the smallest and the largest subset against the
+  fraction of pixels moved (:mod:`analysis.figures.control`); its ``fig4_<metric>`` files
+  are Fig. 4 per level.
 
 :func:`reference_figures` draws a reference data set (:mod:`analysis.reference`) the same
 way; for ``jft-curves``, the JFT-300M learning curves of Alabdulmohsin et al. (2022):
@@ -38,12 +42,16 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vitscale.errors import UserError
 from vitscale.record import STATUS_DONE
+
+if TYPE_CHECKING:
+    from .control import World
 
 
 @dataclass(frozen=True)
@@ -167,9 +175,18 @@ def compute_metrics(done, *, metric: Sequence[str] | None, shots: int):
     return frame, metrics
 
 
-def draw_figures(cells, options: FigureOptions, *, history: Callable | None = None) -> list[Path]:
+def draw_figures(
+    cells,
+    options: FigureOptions,
+    *,
+    history: Callable | None = None,
+    worlds: Mapping[str, World] | None = None,
+) -> list[Path]:
     """Our figures and Table 6 from a cells frame; ``history(done_cells)`` gives the
-    curves' per-step frame (default: the run folders' metrics.jsonl)."""
+    curves' per-step frame (default: the run folders' metrics.jsonl). ``worlds``: the
+    positive control's (:class:`analysis.control.World` by name); a frame of its cells
+    gets its gap figure instead of Figs. 5 and 3 and Table 6 (one duration, and each world
+    read on its own transfer task: no compute axis, no metric shared between worlds)."""
     done = cells[cells["status"] == STATUS_DONE]
     if done.empty:
         counts = cells["status"].value_counts().to_dict()
@@ -189,11 +206,29 @@ def draw_figures(cells, options: FigureOptions, *, history: Callable | None = No
     for m in o.metrics or ():
         check_column(done, m, "--metric")
     fewshot, written = _fig4(done, o)
-    frame, metrics = compute_metrics(done, metric=o.metrics, shots=o.shots)
-    written += _fig5_fig3_table6(done, frame, metrics, o)
+    if worlds and _is_control(done, worlds):
+        written += _control(done, worlds, o)
+    else:
+        frame, metrics = compute_metrics(done, metric=o.metrics, shots=o.shots)
+        written += _fig5_fig3_table6(done, frame, metrics, o)
     if o.curves:
         written += _curves(done, fewshot, o, history)
     return written
+
+
+def _is_control(done, worlds: Mapping[str, World]) -> bool:
+    from .control import is_control
+
+    return is_control(done, worlds)
+
+
+def _control(done, worlds: Mapping[str, World], o: FigureOptions) -> list[Path]:
+    from . import control
+    from .figures import control as figure
+
+    return figure.write(
+        control.summarise(done, worlds=worlds, shots=o.shots), o.out, formats=o.formats
+    )
 
 
 def _fig4(done, o: FigureOptions) -> tuple[list[str], list[Path]]:

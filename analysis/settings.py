@@ -1,9 +1,10 @@
 """Seeds are seeds: which cells of a study differ in their seed alone, and how the others
 are told apart or chosen between.
 
-A point of the paper's figures is a model pre-trained on a subset for a duration; its
-spread is over pre-training seeds. Two finished cells with the same (model, subset,
-duration) are seeds of one *setting* only when their resolved configs differ in ``seed``
+A point of the paper's figures is a model pre-trained on a subset of a pre-training set
+for a duration (the set: Fig. 3's axis; the positive control's world); its spread is over
+pre-training seeds. Two finished cells with the same (model, set, subset, duration) are
+seeds of one *setting* only when their resolved configs differ in ``seed``
 alone. Any other difference between them (a learning rate swept by the grid, a value
 edited in a grid file between two runs under one ``name:``) is a setting of its own, and
 averaging across it would report a hyper-parameter's effect as seed noise. So the keys
@@ -16,7 +17,8 @@ chose its regularisation per model and dataset (Sec. 4.1, Appendix B.1: "the bes
 
 Keys that never make a setting: the seed, the keys that say how a run is operated
 (:data:`vitscale.config.identity.OPERATIONAL_KEYS`), the keys the trainer adds
-(``DERIVED_KEYS``), and those that define the point itself (model, subset, duration).
+(``DERIVED_KEYS``), and those that define the point itself (model, pre-training set,
+subset, duration).
 No torch.
 """
 
@@ -32,9 +34,12 @@ from vitscale.config.identity import DERIVED_KEYS, OPERATIONAL_KEYS
 
 PREFIX = "config."
 SELECTIONS = ("show", "best")
-# The point a setting belongs to: the model (its original name), subset and duration.
-POINT = ("model", "num_examples", "steps")
-_POINT_KEYS = ("model.name", "data.subset", "train.steps", "train.epochs", "train.examples")
+# The point a setting belongs to: the model (its original name), pre-training set, subset
+# and duration.
+POINT = ("model", "pretrain_dataset", "num_examples", "steps")
+_POINT_KEYS = (
+    "model.name", "data.dataset", "data.subset", "train.steps", "train.epochs", "train.examples"
+)  # fmt: skip
 _IGNORED = ("seed", *OPERATIONAL_KEYS, *DERIVED_KEYS, *_POINT_KEYS)
 
 
@@ -117,9 +122,8 @@ def select_best(frame: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, list[st
         best = means.idxmax()
         keep.append(group.index[group["setting"] == best])
         keys = sorted({part.split("=", 1)[0] for s in means.index for part in s.split()})
-        where = f"{key[0]}" + (
-            f" at {int(key[1]):,} images" if len(key) > 1 and np.isfinite(key[1]) else ""
-        )
+        n = dict(zip(point, key, strict=True)).get("num_examples", np.nan)
+        where = f"{key[0]}" + (f" at {int(n):,} images" if np.isfinite(n) else "")
         said.append(f"{where}: best of {len(means)} {'/'.join(keys)} settings: {best}")
     chosen = frame.loc[np.concatenate(keep)] if keep else frame.iloc[:0]
     chosen = chosen.assign(model=chosen["model_name"])

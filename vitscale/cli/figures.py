@@ -18,8 +18,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import UserError, user_errors
+
+if TYPE_CHECKING:
+    from analysis.control import World
 
 SPLIT = "split"  # --holdout without a FRACTION: a reference's published split, else:
 DEFAULT_FRACTION = 0.3  # the last 30% of each curve's log-x range
@@ -232,12 +236,12 @@ def run_figures(args: argparse.Namespace) -> int:
         cells = _load(args.runs)
         if cells.empty:
             raise UserError(f"no run folders found under {' '.join(args.runs)}")
-        written += draw_figures(cells, _options(args))
+        written += draw_figures(cells, _options(args), worlds=control_worlds())
     if args.wandb:
         cells, history = _load_wandb(args.wandb, args.group, curves=args.curves)
         if cells.empty:
             raise UserError(f"no W&B runs in group {args.group!r} of {args.wandb}")
-        written += draw_figures(cells, _options(args), history=history)
+        written += draw_figures(cells, _options(args), history=history, worlds=control_worlds())
     for path in written:
         print(path)
     return 0
@@ -676,16 +680,57 @@ def configure_summary(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def control_worlds() -> dict[str, World]:
+    """The positive control's worlds (:mod:`vitscale.data.synthetic.permuted` owns them) as
+    :class:`analysis.control.World`, by pre-training set."""
+    from analysis.control import World
+
+    from ..data.synthetic.permuted import control_worlds as worlds
+
+    return {name: World(name, f, transfer) for name, (f, transfer) in worlds().items()}
+
+
+def _run_control(cells, args: argparse.Namespace, worlds: dict[str, World]) -> int:
+    """``vitscale summary`` on the control's cells: its registered verdict
+    (experiments/preregistered/permuted.md, :mod:`analysis.control`)."""
+    import json
+
+    from analysis import control
+
+    if args.metric:
+        raise UserError(
+            "--metric: the control's metric is registered (each world's own transfer "
+            "glyphs, 5-shot unless --shots says otherwise); leave --metric out"
+        )
+    with user_errors(ValueError):
+        c = control.summarise(cells, worlds=worlds, shots=args.shots or control.SHOTS)
+    if args.json:
+        print(json.dumps(c.to_dict(), indent=2))
+        return 0
+    print(
+        f"{c.shots}-shot accuracy on each world's transfer glyphs (%), by level, model and "
+        "pre-training images (mean ± spread over seeds):"
+    )
+    print(c.table().to_string(na_rep="-"))
+    print()
+    print("\n".join(c.lines()))
+    return 0
+
+
 def run_summary(args: argparse.Namespace) -> int:
-    """Handler of ``vitscale summary``: cells by model and subset, and the verdict."""
+    """Handler of ``vitscale summary``: cells by model and subset, and the verdict (the
+    positive control's registered one for its cells)."""
     import json
 
     from analysis import metrics as M
     from analysis import summary
+    from analysis.control import is_control
 
     if not args.runs:
         raise UserError("vitscale summary: give RUNS_DIR...")
     cells = _load(args.runs, progress=False)
+    if is_control(cells, worlds := control_worlds()):
+        return _run_control(cells, args, worlds)
     with user_errors(ValueError):
         s = summary.summarise(cells, metric=args.metric, shots=args.shots, settings=args.settings)
     if args.json:

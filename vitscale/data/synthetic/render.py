@@ -38,7 +38,7 @@ from torch import Tensor
 from .._hash import derive_key, uniform
 from ..batch import Batch
 from ..rendered import RenderedSplit
-from . import _fused
+from . import _fused, permuted
 from . import scene as sc
 from .vocabulary import GLYPH_GRID, TASKS, TEXTURES, WORLD_SEED, SyntheticTask, glyph_bank
 
@@ -306,13 +306,25 @@ def _glyph_layers(
 
 
 def render(
-    task: SyntheticTask, split: str, indices: np.ndarray, image_size: int, *, fused: bool = True
+    task: SyntheticTask | permuted.MovedTask,
+    split: str,
+    indices: np.ndarray,
+    image_size: int,
+    *,
+    fused: bool = True,
 ) -> Batch:
     """Images ``(B, 3, S, S)`` in [-1, 1] and int64 labels for ``indices`` of one split.
 
     Glyph and pair scenes are drawn by the fused C++ kernel (:mod:`._fused`) where it can be
     built, else (and with ``fused=False``, the reference) by torch operations: the same
-    pixels either way."""
+    pixels either way. A moved task (:mod:`.permuted`) is its glyph-world task's batch
+    with every image's pixels gathered from :func:`.permuted.source_pixels`."""
+    if isinstance(task, permuted.MovedTask):
+        batch = render(task.base, split, indices, image_size, fused=fused)
+        source = torch.from_numpy(permuted.source_pixels(task.world, image_size))
+        flat = rearrange(batch.images, "b c h w -> b c (h w)").index_select(2, source)
+        images = rearrange(flat, "b c (h w) -> b c h w", h=image_size)
+        return Batch(images=images, targets=batch.targets)
     if not MIN_SIZE <= image_size <= MAX_SIZE:
         raise ValueError(
             f"synthetic image_size must be in [{MIN_SIZE}, {MAX_SIZE}], got {image_size}"
@@ -366,7 +378,7 @@ class SyntheticImages(RenderedSplit):
     """One split of a glyph-world task as a ``Dataset`` of (image, label)
     (:class:`~vitscale.data.rendered.RenderedSplit`)."""
 
-    tasks = TASKS
+    tasks = TASKS | permuted.TASKS
     world = "synthetic"
     size_range = (MIN_SIZE, MAX_SIZE)
     multilabel = False
