@@ -166,6 +166,31 @@ def build_workspace(study: Study, *, entity: str, project: str, name: str | None
     )
 
 
+_LISTED = 6  # panels named per section in a summary; the rest counted
+
+
+def _panels(panels: list, indent: str = "    ") -> list[str]:
+    titles = [getattr(p, "title", None) or type(p).__name__ for p in panels]
+    lines = [f"{indent}{t}" for t in titles[:_LISTED]]
+    if len(titles) > _LISTED:
+        lines.append(f"{indent}... and {len(titles) - _LISTED} more")
+    return lines
+
+
+def workspace_summary(workspace, study: Study) -> list[str]:
+    """What ``--dry-run`` prints: the view, its runs and its sections with their panels,
+    on one screen (``--json`` prints the whole spec)."""
+    runs = f"{len(study.cells)} runs of W&B group {study.group!r}"
+    lines = [
+        f"workspace {workspace.name!r} in {workspace.entity}/{workspace.project}: {runs}, "
+        f"{len(study.models)} model(s) ({', '.join(study.models)})",
+    ]
+    for section in workspace.sections:
+        lines.append(f"  {section.name} ({len(section.panels)} panels)")
+        lines += _panels(section.panels)
+    return lines
+
+
 def workspace_spec(workspace) -> dict[str, Any]:
     """The view exactly as it is sent to W&B (``--dry-run`` prints this)."""
     return workspace._to_model().model_dump(mode="json", by_alias=True, exclude_none=True)
