@@ -236,6 +236,8 @@ def run_local(
     todo = [p for p in planned if p.action == "submit"]
     if workers < 1 or processes < 1:
         raise ValueError(f"workers and processes must be at least 1, got {workers} and {processes}")
+    if any(p.cell.config.data.dataset.startswith("synthetic") for p in todo):
+        _build_renderer()
     env = worker_env(workers=workers, processes=processes)
     workers = min(workers, len(todo))
     groups = gpu_groups(visible_gpus(), workers=workers, processes=processes) if todo else None
@@ -248,6 +250,15 @@ def run_local(
         for i in range(workers)
     ]
     return _Pool(todo, pool, stop_timeout=stop_timeout).run()
+
+
+def _build_renderer() -> None:
+    """Build the synthetic set's C++ renderer here, once, before the workers start: its
+    compile (about 30 s, once per machine type) is announced on the grid's own output, where
+    it would otherwise pass silently in every cell's log while the bar stood still."""
+    from ..data.synthetic import _fused
+
+    _fused.kernel()
 
 
 def worker_env(*, workers: int, processes: int) -> dict[str, str]:
