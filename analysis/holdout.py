@@ -18,6 +18,11 @@ Estimators (:data:`ESTIMATORS`): ``extrapolate`` (:func:`analysis.scaling.extrap
 ``power-law`` (:func:`analysis.scaling.fit_frontier`, the law of Zhai et al. 2021 fitted to
 the curve's own frontier, its bootstrap band as the interval: what ``vitscale fit`` did
 before extrapolate).
+
+The same curves uncut (``fraction=None``) are what ``vitscale fit --predict X`` reads:
+:func:`predictions` of each curve at new x, with extrapolate's interval. Every table here
+has a legend, one line per column, and every interval printed goes with
+:func:`calibration_note` (what such an interval covered on the JFT benchmark).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from numpy.typing import ArrayLike
 
 from vitscale.record import EXAMPLES_SEEN
 
-from .extrapolation import extrapolate
+from .extrapolation import HELD_OUT_COVERAGE, MIN_DISTINCT, extrapolate, predictive
 from .frontier import frontier_frame
 
 ESTIMATORS = ("extrapolate", "power-law")
@@ -94,19 +99,38 @@ def split_at(
     x: ArrayLike,
     y: ArrayLike,
     *,
-    fraction: float,
+    fraction: float | None,
     metric: str,
     family: str | None = None,
 ) -> Split:
-    """Hold out the points in the last ``fraction`` of the curve's log-x range."""
-    if not 0.0 < fraction < 1.0:
+    """Hold out the points in the last ``fraction`` of the curve's log-x range (None: none,
+    the whole curve is fitted: what a prediction past it reads)."""
+    if fraction is not None and not 0.0 < fraction < 1.0:
         raise ValueError(f"fraction must lie in (0, 1), got {fraction}")
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     order = np.argsort(x, kind="stable")
     x, y = x[order], y[order]
     lx = np.log(x)
-    fit = lx <= lx[0] + (1.0 - fraction) * (lx[-1] - lx[0])
+    fit = lx <= lx[0] + (1.0 - (fraction or 0.0)) * (lx[-1] - lx[0])
     return Split(name, metric, family, x[fit], y[fit], x[~fit], y[~fit])
+
+
+def too_short(splits: Sequence[Split]) -> list[Split]:
+    """The splits whose fitted part has fewer distinct x than extrapolate (and the power
+    law) need: a design that cannot support a fit, said once by the caller."""
+    return [s for s in splits if len(np.unique(s.x_fit)) < MIN_DISTINCT]
+
+
+def evaluations_needed(fraction: float | None) -> int:
+    """Evenly spaced evaluations (at k x eval_every, k = 1..n) a learning curve needs so
+    that :data:`~analysis.extrapolation.MIN_DISTINCT` of them are fitted: those at k <=
+    n^(1 - fraction) (:func:`split_at`), all n without a fraction."""
+    if fraction is None:
+        return MIN_DISTINCT
+    n = MIN_DISTINCT + 1
+    while math.floor(n ** (1.0 - fraction) + 1e-9) < MIN_DISTINCT:
+        n += 1
+    return n
 
 
 def inner_split(
@@ -195,7 +219,7 @@ def _error(accuracy: pd.Series) -> np.ndarray:
 
 
 def history_splits(
-    history: pd.DataFrame, *, metrics: Sequence[str], fraction: float
+    history: pd.DataFrame, *, metrics: Sequence[str], fraction: float | None
 ) -> list[Split]:
     """Each cell's learning curve of each of ``metrics`` (a history frame,
     :func:`vitscale.record.cells.load_history`; accuracy in percent) against examples seen,
@@ -220,7 +244,7 @@ def history_splits(
 
 
 def frontier_splits(
-    cells: pd.DataFrame, *, metric: str, x: str, by: str | None, fraction: float
+    cells: pd.DataFrame, *, metric: str, x: str, by: str | None, fraction: float | None
 ) -> list[Split]:
     """The compute (or data) frontier of each ``by`` group of ``cells`` (finished cells,
     accuracy in percent), cut at ``fraction``."""
@@ -284,6 +308,110 @@ def table(scores: Sequence[Score]) -> pd.DataFrame:
             "width (log)": [round(s.width, 3) for s in scores],
         }
     )
+
+
+def legend(*, level: float, fraction: float | None) -> list[str]:
+    """What :func:`table`'s columns mean, one line each."""
+    cut = "its published split" if fraction is None else f"the last {fraction:g} of its log-x range"
+    return [
+        f"fit, held out: the curve's points fitted, and those predicted ({cut})",
+        "reach: the farthest held-out x over the last fitted x (2: predicted twice as far as "
+        "the data)",
+        "RMSE (log): root mean square of log(predicted) - log(observed) error over the "
+        "held-out points (0.05: about 5% off)",
+        f"coverage: the share of held-out points inside the {100 * level:g}% interval (near "
+        f"{level:g} if the interval is right)",
+        "width (log): the interval's mean width, in log error",
+    ]
+
+
+def calibration_note(level: float) -> str:
+    """One line beside any interval of ``extrapolate``: what such an interval covered on
+    the JFT benchmark's held-out points (:data:`~analysis.extrapolation.HELD_OUT_COVERAGE`)."""
+    pct = f"{100 * level:g}%"
+    if level in HELD_OUT_COVERAGE:
+        seen = f"a nominal {pct} interval covered {100 * HELD_OUT_COVERAGE[level]:.0f}%"
+    else:
+        seen = f"a nominal 95% interval covered {100 * HELD_OUT_COVERAGE[0.95]:.0f}%"
+    return (
+        f"calibration: on the JFT benchmark's held-out points {seen} (README, \"Extrapolating "
+        f'learning curves"): read the {pct} intervals as a lower bound on the uncertainty'
+    )
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A curve's predicted error at ``x`` past (or inside) its data: extrapolate's median
+    and central ``level`` interval; ``reach``: x over the curve's largest x."""
+
+    name: str
+    metric: str
+    family: str | None
+    x: float
+    error: float
+    lower: float
+    upper: float
+    level: float
+    reach: float
+    n_fit: int
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"accuracy": 100.0 * (1.0 - self.error)}
+
+
+def predictions(
+    splits: Sequence[Split], x_new: Sequence[float], *, level: float = 0.95
+) -> tuple[list[Prediction], dict[str, str]]:
+    """Each curve's (its fitted part's) predicted error at every ``x_new``: the median and
+    central ``level`` interval of :func:`~analysis.extrapolation.predictive`'s law; curves
+    that cannot be fitted are returned apart, ``{"<name> <metric>": why}``."""
+    out, failures = [], {}
+    for s in splits:
+        try:
+            law = predictive(s.x_fit, s.y_fit, np.asarray(x_new, dtype=float))
+            pred, (lower, upper) = law.median, law.interval(level)
+        except ValueError as e:
+            failures[f"{s.name} {s.metric}"] = str(e)
+            continue
+        last = float(s.x_fit.max())
+        for x, p, lo, hi in zip(x_new, pred, lower, upper, strict=True):
+            row = (float(x), float(p), float(lo), float(hi), level, float(x) / last)
+            out.append(Prediction(s.name, s.metric, s.family, *row, len(s.x_fit)))
+    return out, failures
+
+
+def prediction_table(rows: Sequence[Prediction]) -> pd.DataFrame:
+    """One row per curve and x: the predicted error, its interval, accuracy and reach; the
+    metric column only where the curves are of more than one (else the legend names it)."""
+    metrics = [r.metric for r in rows]
+    return pd.DataFrame(
+        {
+            "curve": [r.name for r in rows],
+            **({"metric": metrics} if len(set(metrics)) > 1 else {}),
+            "x": [f"{r.x:.4g}" for r in rows],
+            "error": [round(r.error, 4) for r in rows],
+            "lower": [round(r.lower, 4) for r in rows],
+            "upper": [round(r.upper, 4) for r in rows],
+            "accuracy": [round(100.0 * (1.0 - r.error), 2) for r in rows],
+            "reach": [round(r.reach, 2) for r in rows],
+        }
+    )
+
+
+def prediction_legend(rows: Sequence[Prediction], *, level: float, x: str) -> list[str]:
+    """What :func:`prediction_table`'s columns mean, one line each."""
+    metrics = list(dict.fromkeys(r.metric for r in rows))
+    return [
+        f"metric: {metrics[0]}, every row"
+        if len(metrics) == 1
+        else "metric: the accuracy whose learning curve is predicted",
+        f"x: where the error is predicted (--predict), in {x}",
+        "error: the predicted error, 1 - accuracy/100 (the median of extrapolate's law)",
+        f"lower, upper: the central {100 * level:g}% interval of an error observed at x",
+        "accuracy: 100 (1 - error), in percent",
+        "reach: x over the largest x fitted (1: inside the data; the JFT benchmark checked "
+        "about 2: further is less tested)",
+    ]
 
 
 def summary_lines(summary: dict) -> list[str]:

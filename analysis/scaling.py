@@ -57,6 +57,21 @@ __all__ = [
 
 PARAMS = ("a", "b", "c", "d")
 _MIN_DISTINCT = len(PARAMS)
+# A parameter whose bootstrap interval spans more than this factor is not determined by
+# the points (a and d trade off when a frontier shows no bend: ResNet on Table 6 gave
+# a = 0.83 [0.17, 2867]); its interval is said to be so rather than printed as a range.
+UNDETERMINED_SPAN = 10.0
+# What the printed fit's lines mean, one line each (vitscale fit prints them once).
+LEGEND = (
+    "E: the error, 1 - accuracy/100; x: the cost axis (--x)",
+    "b: the scaling exponent, how fast the error falls with x",
+    "c: the error no amount of x removes (100 (1 - c): the saturating accuracy)",
+    "a, d: the law's scale and the x below which it flattens (they trade off against each other)",
+    "[lo, hi]: the parameter's interval over bootstrap refits of the frontier: the law's "
+    "uncertainty, not a prediction's (--predict X gives those)",
+    f"not determined: the refits spread it over more than {UNDETERMINED_SPAN:g}x: these points "
+    "do not pin it down",
+)
 # Evaluations per start: a good start converges in ~30-80; the rest are cut short (the
 # best start wins anyway), which bounds the time of a bootstrap.
 _MAX_NFEV = 150
@@ -106,6 +121,17 @@ class PowerLawFit:
         lo, hi = np.percentile(self.samples, [50 * (1 - self.level), 50 * (1 + self.level)], 0)
         return {p: (float(lo[i]), float(hi[i])) for i, p in enumerate(PARAMS)}
 
+    @property
+    def determined(self) -> dict[str, bool]:
+        """Whether each parameter's interval is a range worth reading: there are refits and
+        they span at most :data:`UNDETERMINED_SPAN` (a positive parameter's factor)."""
+        return {
+            p: bool(
+                lo == hi == 0 or (math.isfinite(lo) and lo > 0 and hi / lo <= UNDETERMINED_SPAN)
+            )
+            for p, (lo, hi) in self.intervals.items()
+        }
+
     def band(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Pointwise interval of the predicted accuracy (percent) over the bootstrap refits."""
         x = np.asarray(x, dtype=float)
@@ -128,6 +154,7 @@ class PowerLawFit:
             "x_range": list(self.x_range),
             **{p: getattr(self.law, p) for p in PARAMS},
             "intervals": {p: list(v) for p, v in self.intervals.items()},
+            "determined": self.determined,
         }
 
     def __str__(self) -> str:
@@ -142,8 +169,15 @@ class PowerLawFit:
             f"fitted to {self.num_points} frontier points, x in "
             f"[{self.x_range[0]:.4g}, {self.x_range[1]:.4g}]; {how}",
         ]
+        determined = self.determined
         for p, (lo, hi) in self.intervals.items():
-            lines.append(f"  {p} = {getattr(self.law, p):<11.4g} [{lo:.4g}, {hi:.4g}]")
+            value = f"  {p} = {getattr(self.law, p):<11.4g}"
+            if not len(self.samples):
+                lines.append(value.rstrip())
+            elif determined[p]:
+                lines.append(f"{value} [{lo:.4g}, {hi:.4g}]")
+            else:
+                lines.append(f"{value} not determined (refits from {lo:.2g} to {hi:.2g})")
         lines.append(f"  saturating accuracy 100 (1 - c) = {100 * (1 - self.law.c):.2f}%")
         return "\n".join(lines)
 

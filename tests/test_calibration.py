@@ -68,13 +68,16 @@ def test_gpu_hours_from_the_model_then_its_family_then_the_assumption(tmp_path, 
     assert cells["BiT-R50x1"]["gpu_hours"] == pytest.approx(
         cells["BiT-R50x1"]["exaflops"] * 1e18 / 400e12 / 3600
     )
-    assert out["total"]["gpu_hours_basis"] == {"measured": 1, "family": 1, "assumed": 1}
+    assert out["total"]["gpu_hours_basis"] == {"measured": 1, "family": 1, "est.": 0, "assumed": 1}
 
 
-def test_measurements_on_another_gpu_or_compile_setting_do_not_count(tmp_path, capsys):
+def test_measurements_on_another_gpu_are_estimates_and_other_compile_settings_do_not_count(
+    tmp_path, capsys
+):
     rows = [_row("ViT-B/16", 2000.0, compile=True), _row("BiT-R50x1", 1900.0, size=128)]
     out = _dry_run(tmp_path, _setup(tmp_path, rows, gpu_type="A100"), capsys)
-    assert {c["gpu_hours_basis"] for c in out["cells"]} == {cal.ASSUMED}
+    basis = {c["model"]: c["gpu_hours_basis"] for c in out["cells"]}
+    assert basis == {"ViT-B/16": "assumed", "ViT-S/16": "assumed", "BiT-R50x1": cal.ESTIMATED}
     capsys.readouterr()
     (tmp_path / "profiles" / "mine.yaml").write_text(
         "gpus_per_node: 8\nsustained_tflops: 400\ngpu_type: H100\n"
@@ -120,7 +123,7 @@ def test_the_shipped_h100_measurements_budget_bit_by_its_own_speed():
     """The reason for calibrating: BiT's measured MFU (5%) is far below the profile's
     assumption, so its budget from measurements is several times the assumed one."""
     profile = load_profile("h100x8")
-    rate, basis = cal.images_per_s(
+    rate, basis, gpu = cal.images_per_s(
         profile.calibration,
         profile.gpu_type,
         model="BiT-R50x1",
@@ -129,5 +132,5 @@ def test_the_shipped_h100_measurements_budget_bit_by_its_own_speed():
         compile=False,
     )
     assumed = profile.sustained_tflops * 1e12 / count("BiT-R50x1", 224).train_flops_per_example
-    assert basis == cal.MEASURED and rate == pytest.approx(1987.5)
+    assert basis == cal.MEASURED and rate == pytest.approx(1987.5) and "H100" in gpu
     assert assumed / rate > 5

@@ -290,6 +290,34 @@ def test_index_rejects_bad_shards_naming_shard_and_key(tmp_path, capsys):
     assert "train-0.tar" in err and "label 7 is outside the class list (4 classes" in err
 
 
+def test_verify_names_every_image_that_does_not_decode(tmp_path, capsys):
+    tree = write_image_tree(tmp_path / "tree", ["a", "b"], {"train": 12})  # no test/
+    for rel in ("a/0002.jpg", "b/0005.jpg"):
+        (tree / "train" / rel).write_bytes(b"not an image")
+    src = f"imagefolder:{tree}"
+    # shard --verify: every bad file named, the reason alone; no index
+    assert main(["data", "shard", src, str(tmp_path / "v"), "--shard-size", "4", "--verify"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot decode 2 image file(s)" in err and "Traceback" not in err
+    assert f"{tree}/train/a/0002.jpg: " in err and f"{tree}/train/b/0005.jpg: " in err
+    assert "avif" not in err and not (tmp_path / "v" / "index.json").exists()
+    # without it the files are copied as they are, and it says so
+    assert main(["data", "shard", src, str(tmp_path / "u"), "--shard-size", "4"]) == 0
+    assert "copied without decoding them" in capsys.readouterr().err
+    meta = json.loads((tmp_path / "u" / "index.json").read_text())
+    held_out = sum(s["nsamples"] for s in meta["splits"]["test"])
+    assert held_out == 2 and sum(s["nsamples"] for s in meta["splits"]["train"]) == 10
+    # index --verify decodes them and names both examples; without it, they are indexed
+    copied = tmp_path / "copied"
+    copied.mkdir()
+    for tar in (tmp_path / "u").glob("*.tar"):
+        (copied / tar.name).write_bytes(tar.read_bytes())
+    err = _index_error(copied, main_args=["--verify"], capsys=capsys)
+    assert "2 problem(s)" in err and "avif" not in err
+    assert "'train/a/0002_jpg': cannot decode the image" in err and "'train/b/0005_jpg'" in err
+    assert main(["data", "index", str(copied)]) == 0
+
+
 # ----------------------------------------------------------------------------- subsets
 
 

@@ -14,6 +14,8 @@ asked.
 from __future__ import annotations
 
 import re
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -312,9 +314,7 @@ def test_imagefolder_missing_and_broken(tmp_path):
     (root / "train" / "cat").mkdir(parents=True)
     with pytest.raises(DatasetNotFoundError, match="no images in"):
         build_dataset(f"imagefolder:{root}", "train", image_size=SIZE)
-    root = write_image_tree(tmp_path / "t", ["a", "b"], {"train": 4})
-    with pytest.raises(DatasetNotFoundError, match="no val/ folder"):
-        build_dataset(f"imagefolder:{root}", "test", image_size=SIZE)
+    root = write_image_tree(tmp_path / "t", ["a", "b"], {"train": 4, "test": 2})
     bad = root / "train" / "b" / "0001.jpg"
     bad.write_bytes(b"\xff\xd8 truncated jpeg")
     ds = build_dataset(f"imagefolder:{root}", "train", image_size=SIZE)
@@ -322,6 +322,56 @@ def test_imagefolder_missing_and_broken(tmp_path):
     with pytest.raises(DatasetFormatError) as e:
         ds[2]
     assert_names(str(e.value), str(bad), "cannot decode")
+
+
+def test_imagefolder_without_test_holds_out_a_fixed_part_of_train(tmp_path, capsys):
+    root = write_image_tree(tmp_path / "t", ["a", "b", "c"], {"train": 30})  # no test/
+    write_jpeg(root / "train" / "d" / "0000.jpg", 900)  # a class of one: never held out
+    name = f"imagefolder:{root}"
+    train = build_dataset(name, "train", image_size=SIZE, augment=False)
+    test = build_dataset(name, "test", image_size=SIZE)
+
+    def files(ds, under=root) -> set[str]:
+        return {Path(f).relative_to(under).as_posix() for f in ds.files}
+
+    assert (len(train), len(test)) == (25, 6)  # per class round(0.2 x 10)
+    assert not files(train) & files(test) and len(files(train) | files(test)) == 31
+    assert np.bincount(test.targets_of(np.arange(6)), minlength=4).tolist() == [2, 2, 2, 0]
+    train[0], test[0]  # both read the images
+    err = capsys.readouterr().err
+    assert err.count("no test/ or val/ folder") == 1  # said once
+    assert "its test split is 6 of its 31 train/ images (data.holdout: 0.2" in err
+    # the same images wherever the tree lives (a hash of the path under train/)
+    moved = shutil.copytree(root, tmp_path / "elsewhere")
+    again = build_dataset(f"imagefolder:{moved}", "test", image_size=SIZE)
+    assert files(again, moved) == files(test)
+    # a larger fraction holds out those and more; minitrain and val come from the rest
+    half = build_dataset(name, "test", image_size=SIZE, holdout=0.5)
+    assert len(half) == 15 and files(test) < files(half)
+    val = build_dataset(name, "val", image_size=SIZE)
+    minitrain = build_dataset(name, "minitrain", image_size=SIZE)
+    assert len(val) + len(minitrain) == 25
+
+
+def test_every_undecodable_file_is_named_with_the_reason_alone(tmp_path, monkeypatch):
+    root = write_image_tree(tmp_path / "t", ["a", "b"], {"train": 10})  # no test/
+    bad = [root / "train" / "a" / "0002.jpg", root / "train" / "b" / "0005.jpg"]
+    bad[0].write_bytes(bad[0].read_bytes()[:60])  # truncated
+    bad[1].write_bytes(b"not an image")
+    ds = build_dataset(f"imagefolder:{root}", "train", image_size=SIZE)
+    with pytest.raises(DatasetFormatError) as e:
+        [ds[i] for i in range(len(ds))]
+    message = str(e.value)
+    # both named in one error, though one of them is in the held-out test split
+    assert "cannot decode 2 image file(s)" in message and "replace them" in message
+    assert all(f"  {f}: " in message for f in bad)
+    assert "avif" not in message and "_io." not in message and "0002.jpg'" not in message
+    # a long list is bounded
+    from vitscale import errors
+
+    monkeypatch.setattr(errors, "LISTED", 1)
+    with pytest.raises(DatasetFormatError, match=r"\n  \.\.\. and 1 more$"):
+        [ds[i] for i in range(len(ds))]
 
 
 def test_multilabel_tree(tmp_path):

@@ -240,6 +240,15 @@ def test_intervals_longer_than_the_run_are_allowed_and_said(tmp_path, capsys):
     ]
 
 
+def test_a_recipe_is_said_once_per_grid_with_the_values_that_differ_between_cells(capsys):
+    """The paper's Fig. 5 grid: the jft recipe's learning rate differs per model; one note
+    lists them, not one note per learning rate."""
+    assert main(["grid", "experiments/fig5_compute.yaml", "--dry-run"]) == 0
+    notes = [n for n in capsys.readouterr().err.splitlines() if "recipe 'jft'" in n]
+    assert len(notes) == 1, notes
+    assert "optim.lr=0.0008|0.0006|0.0004|0.001|0.0002|0.0003" in notes[0]
+
+
 def test_the_real_entry_point_says_it_in_one_line(tmp_path):
     """The issue's case as a user meets it: a subset synthetic cannot hold, in a grid."""
     grid = _grid({"name": "a", "axes": {"data.subset": [100, "2000M"]}})

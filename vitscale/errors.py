@@ -43,3 +43,17 @@ def disk_full_message(error: OSError, *, what: str | None = None, kept: str) -> 
     """``disk full: cannot write WHAT (No space left on device); KEPT``."""
     what = what or (str(error.filename) if error.filename else "a file of the run")
     return f"disk full: cannot write {what} ({error.strerror or error}); {kept}"
+
+
+LISTED = 20  # problems named one by one in an error before "... and N more"
+
+
+def listing(problems: list[str], *, total: int | None = None) -> str:
+    """The first :data:`LISTED` of ``problems`` (``total`` of them in all, default all of
+    them), one per indented line, then how many more: every bad file of a set named at
+    once (fixing them one failed run at a time is the alternative), in a bounded message."""
+    total = len(problems) if total is None else total
+    lines = [f"  {p}" for p in problems[:LISTED]]
+    if total > len(lines):
+        lines.append(f"  ... and {total - len(lines)} more")
+    return "\n".join(lines)

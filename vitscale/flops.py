@@ -1,4 +1,5 @@
-"""Analytic parameters, multiply-adds and pre-training compute per (model name, resolution).
+"""Analytic parameters, multiply-adds and pre-training compute per (model name, resolution),
+and the GPUs' peak FLOP/s they are run at.
 
 The convention (paper Table 6 and Fig. 5; docs/protocol.md):
 
@@ -22,6 +23,7 @@ and ``FlopCounterMode`` on the built models. Imports no torch.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
@@ -30,6 +32,29 @@ from .paper import JFT_IMAGES, table6
 
 TRAIN_MULTIPLIER = 3  # forward + backward (backward ~ 2x forward), paper convention
 FLOPS_PER_MAC = 2
+
+# Dense bf16 tensor-core peak (no sparsity) per GPU from the vendors' data sheets, FLOP/s,
+# for MFU and for budgets on a GPU no speed was measured on (vitscale.grid.calibration). First match of the CUDA device name wins, so variants come before their family.
+PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
+    (r"H200 NVL", 835e12),  # H200 NVL: 1,671 TFLOP/s with sparsity
+    (r"H200", 989e12),  # H200 SXM
+    (r"H100 NVL", 835e12),  # H100 NVL: 1,671 TFLOP/s with sparsity
+    (r"H100.*PCIe", 756e12),  # H100 PCIe: 1,513 TFLOP/s with sparsity
+    (r"H100", 989e12),  # H100 SXM ("NVIDIA H100 80GB HBM3")
+    (r"A100", 312e12),  # A100 40/80 GB, SXM and PCIe alike
+    (r"L40S", 362e12),
+    (r"A10G", 70e12),  # AWS's A10G (its own data sheet), not the A10's 125
+    (r"A10\b", 125e12),
+)
+
+
+def peak_flops_of(device_name: str) -> float | None:
+    """Dense bf16 peak FLOP/s of one GPU from its CUDA name (or a part of it, as a
+    profile's ``gpu_type``), or None if not in the table."""
+    return next(
+        (v for pattern, v in PEAK_BF16_FLOPS if re.search(pattern, device_name, re.IGNORECASE)),
+        None,
+    )
 
 
 @dataclass(frozen=True)

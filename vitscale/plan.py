@@ -96,11 +96,23 @@ def _recipe_source(cfg: Config) -> str:
 
 def recipe_note(cfg: Config, from_recipe: dict) -> str:
     """The values a recipe filled, in one line."""
-    values = ", ".join(f"{k}={v}" for k, v in sorted(from_recipe.items()))
-    return (
-        f"{_recipe_source(cfg)}, sets {values} (set any of them, or recipe: "
-        f"{'|'.join(RECIPES)}, to change it)"
-    )
+    return recipe_notes([(cfg, from_recipe)])[0]
+
+
+def recipe_notes(filled: list[tuple[Config, dict]]) -> list[str]:
+    """One line per recipe applied across configs (a grid's cells): a key whose value
+    differs between cells (the jft recipe's lr per model) lists its values, a|b."""
+    by_source: dict[str, dict[str, dict]] = {}
+    for cfg, from_recipe in filled:
+        keys = by_source.setdefault(_recipe_source(cfg), {})
+        for key, value in from_recipe.items():
+            keys.setdefault(key, {})[value] = None
+    return [
+        f"{source}, sets "
+        + ", ".join(f"{k}={'|'.join(map(str, v))}" for k, v in sorted(keys.items()))
+        + f" (set any of them, or recipe: {'|'.join(RECIPES)}, to change it)"
+        for source, keys in by_source.items()
+    ]
 
 
 def _name_recipe(problems: list[str], cfg: Config, from_recipe: dict) -> list[str]:

@@ -123,7 +123,7 @@ def test_fit_errors(runs):
         _run("fit", [])
     with pytest.raises(UserError, match="no such column"):
         _run("fit", [str(runs), "--metric", "nope"])
-    with pytest.raises(UserError, match="at least 4 distinct"):
+    with pytest.raises(UserError, match=r"\(all: 1\): a frontier needs >= 4 data-size points"):
         _run("fit", ["--paper", "--x", "examples", "--by", "none"])  # Table 6: one data size
 
 
@@ -179,12 +179,12 @@ def test_fit_holdout_on_runs_frontiers_and_curves(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("argv", "match"),
     [
-        (["RUNS", "--holdout"], "runs have no published split"),
+        (["RUNS", "--holdout"], "before the held-out last 0.3 .*: a frontier needs >= 4"),
         (["RUNS", "--holdout", "1.5"], r"--holdout '1.5': give a FRACTION in \(0, 1\)"),
         (["--reference", "jft-curves", "--model", "ViT-H/14"], "unknown model.*valid: BiT-R101x3"),
         (["--reference", "jft-curves", "--estimator", "M4"], "valid: extrapolate, power-law"),
         (["RUNS", "--reference", "jft-curves"], "give it alone"),
-        (["RUNS", "--curves"], "--curves goes with --holdout"),
+        (["RUNS", "--curves"], "--curves goes with --holdout or --predict X"),
     ],
 )
 def test_fit_holdout_errors(argv, match, runs):

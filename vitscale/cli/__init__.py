@@ -11,6 +11,7 @@ after a preemption signal (run again to resume); 130 interrupted (Ctrl-C).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
@@ -61,8 +62,9 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Handle
         figures.run_figures,
     ),
     "fit": (
-        "fit the saturating power law error = a (C + d)^-b + c to the frontier; --holdout: "
-        "backtest an extrapolation (RMSE of log error, interval coverage)",
+        "fit the saturating power law error = a (C + d)^-b + c to the frontier; --predict X: "
+        "the error extrapolated to X, with an interval; --holdout: backtest an extrapolation "
+        "(RMSE of log error, interval coverage)",
         figures.configure_fit,
         figures.run_fit,
     ),
@@ -101,3 +103,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C where a command has nothing to save
         print("interrupted", file=sys.stderr)
         return train.EXIT_INTERRUPTED
+    except BrokenPipeError:  # `vitscale status | head`: the reader had what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 0

@@ -42,7 +42,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         description="Write every split of SRC (imagefolder:, multilabel:, cifar10/100, pets, "
         "flowers102, imagenet, the synthetic family) as WebDataset tar shards of N examples "
         "plus index.json under DEST, in a fixed random order (so whole shards are random "
-        "subsets). JPEG files are copied byte for byte. Interrupted (Ctrl-C, a kill, a full "
+        "subsets). JPEG, PNG and WebP files are copied byte for byte, unchecked unless "
+        "--verify; other formats become PNG. Interrupted (Ctrl-C, a kill, a full "
         "disk)? Run the same command again: finished shards are kept.",
     )
     sh.add_argument("src", help="dataset name, e.g. imagefolder:/data/in21k-tree or cifar10")
@@ -64,14 +65,30 @@ def configure(p: argparse.ArgumentParser) -> None:
         "detail for the crops; default: files copied byte for byte",
     )
     sh.add_argument("--workers", type=int, default=1, help="processes writing shards (default 1)")
+    sh.add_argument(
+        "--verify",
+        action="store_true",
+        help="decode every image file before it is copied (as training decodes it; the cost "
+        "of reading the set once) and name every one that does not: the shards that would "
+        "hold them are not written and the command exits non-zero. Without it, JPEG, PNG "
+        "and WebP files are copied unchecked (a damaged one is found when training reads "
+        "it: data.skip_bad_samples); files converted or resized are decoded either way",
+    )
+    sh.add_argument(
+        "--holdout",
+        type=float,
+        metavar="FRACTION",
+        help="a folder set without test/ or val/: the part of train/ held out as the test "
+        "shards (as data.holdout; unset: its default, said when used)",
+    )
     sh.add_argument("--root", help="where a torchvision set or ImageNet lives")
     sh.add_argument("--download", action="store_true", help="let torchvision fetch the dataset")
     ix = sub.add_parser(
         "index",
         help="write index.json for WebDataset shards made elsewhere",
-        description="Scan the .tar shards in DIR (headers and labels, not images): count each "
-        "shard's examples, check every tar is whole and every example has an image and a "
-        "label, and write DIR/index.json (needs write access to DIR).",
+        description="Scan the .tar shards in DIR (headers and labels; images too with "
+        "--verify): count each shard's examples, check every tar is whole and every example "
+        "has an image and a label, and write DIR/index.json (needs write access to DIR).",
     )
     ix.add_argument("dir", help="folder of .tar shards")
     ix.add_argument("--train", default="*.tar", help="train shards (glob; default *.tar)")
@@ -82,6 +99,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--classes", help="class names, one per line (line i = class i); default: from the labels"
     )
     ix.add_argument("--workers", type=int, default=1, help="processes scanning (default 1)")
+    ix.add_argument(
+        "--verify",
+        action="store_true",
+        help="decode every image too (the cost of reading the set once) and name every "
+        "example that does not decode (shard and key); any: nothing is indexed, exit non-zero",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -143,6 +166,8 @@ def _data_shards(args: argparse.Namespace) -> int:
                 root=args.root,
                 download=args.download,
                 workers=args.workers,
+                verify=args.verify,
+                holdout=args.holdout,
             )
         else:
             path = index_shards(
@@ -151,6 +176,7 @@ def _data_shards(args: argparse.Namespace) -> int:
                 test=args.test,
                 classes_file=args.classes,
                 workers=args.workers,
+                verify=args.verify,
             )
     except KeyboardInterrupt:
         print(

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from ..errors import UserError, user_errors
 
-SPLIT = "split"  # --holdout without a FRACTION: a reference's published split
+SPLIT = "split"  # --holdout without a FRACTION: a reference's published split, else:
+DEFAULT_FRACTION = 0.3  # the last 30% of each curve's log-x range
 # --x of `vitscale fit`: the cost axis of the law.
 X_COLUMNS = {"exaflops": "exaflops", "examples": "num_examples", "examples_seen": "examples_seen"}
 
@@ -267,9 +268,20 @@ def configure_fit(p: argparse.ArgumentParser) -> None:
         "--paper", action="store_true", help="fit the paper's Table 6 instead of (or with) runs"
     )
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap refits (default 1000)")
-    p.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
+    p.add_argument(
+        "--level", type=float, default=0.95, help="interval level, e.g. 0.8 (default 0.95)"
+    )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--predict",
+        nargs="+",
+        type=float,
+        metavar="X",
+        help="predict the error at these x (--x's units; with --curves, examples seen) with "
+        "the --level interval of analysis.scaling.extrapolate, from each --by group's "
+        "frontier or, with --curves, each cell's learning curve",
+    )
     p.add_argument(
         "--holdout",
         nargs="?",
@@ -277,9 +289,9 @@ def configure_fit(p: argparse.ArgumentParser) -> None:
         metavar="FRACTION",
         help="backtest instead of fitting: fit each curve's early part, predict the rest, "
         "report the RMSE of log error and the coverage of the --level interval. FRACTION "
-        "(0-1): hold out the last FRACTION of each curve's log-x range, e.g. 0.3; without "
-        "it: a --reference's published split. Curves: --reference's, each cell's with "
-        "--curves, else each --by group's frontier",
+        "(0-1): hold out the last FRACTION of each curve's log-x range; without it: "
+        f"{DEFAULT_FRACTION:g} on runs, a --reference's published split. Curves: "
+        "--reference's, each cell's with --curves, else each --by group's frontier",
     )
     _add_reference(
         p,
@@ -289,9 +301,9 @@ def configure_fit(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--curves",
         action="store_true",
-        help="with --holdout on runs: each cell's learning curve (metrics.jsonl: examples "
-        "seen -> few-shot error; --metric, default the --shots-shot ones) instead of the "
-        "frontiers",
+        help="with --holdout or --predict on runs: each cell's learning curve (metrics.jsonl: "
+        "examples seen -> few-shot error; --metric, default the --shots-shot ones) instead "
+        "of the frontiers",
     )
     p.add_argument(
         "--model",
@@ -323,27 +335,34 @@ def _frames(args: argparse.Namespace):
 
 
 def run_fit(args: argparse.Namespace) -> int:
-    """Handler of ``vitscale fit``: the law's parameters with bootstrap intervals, or with
-    ``--holdout`` a backtest of extrapolation (:func:`run_holdout`)."""
+    """Handler of ``vitscale fit``: the law's parameters with bootstrap intervals, with
+    ``--predict`` predictions (:func:`run_predict`), with ``--holdout`` a backtest of
+    extrapolation (:func:`run_holdout`)."""
     import json
 
-    from analysis.scaling import fit_groups
+    from analysis.scaling import LEGEND, fit_groups
 
     if args.bootstrap < 0:
         raise UserError(f"--bootstrap must be >= 0, got {args.bootstrap}")
     if not 0 < args.level < 1:
         raise UserError(f"--level must lie in (0, 1), got {args.level}")
+    if args.predict is not None:
+        return run_predict(args)
     if args.holdout is not None or args.reference:
         return run_holdout(args)
     if not args.paper and not args.runs:
         raise UserError("vitscale fit: give RUNS_DIR..., --paper and/or --reference NAME --holdout")
-    for option in ("curves", "model"):
-        if getattr(args, option):
-            raise UserError(f"--{option} goes with --holdout")
+    if args.curves:
+        raise UserError("--curves goes with --holdout or --predict X (a law per cell's curve)")
+    if args.model:
+        raise UserError("--model selects a --reference's curves; for runs use --by model")
     by = None if args.by.lower() == "none" else args.by
+    fronts, frame, metric = _curves(args, None)
+    if by is not None:  # the groups whose frontier can carry the law
+        frame = frame[frame[by].astype(str).isin({s.name for s in fronts})]
     _, results, failures = fit_groups(
-        _frames(args),
-        metric=args.metric,
+        frame,
+        metric=metric,
         shots=args.shots,
         x=X_COLUMNS[args.x],
         by=by,
@@ -359,20 +378,17 @@ def run_fit(args: argparse.Namespace) -> int:
     else:
         for name, fit in results.items():
             print(f"== {by or 'all'} = {name}\n{fit}\n")
-        for name, msg in failures.items():
-            print(f"== {by or 'all'} = {name}: cannot fit: {msg}\n")
+        print("\n".join([*LEGEND, *_failure_lines(failures, "fit")]))
     if not results:
-        raise UserError(f"no group could be fitted ({'; '.join(failures.values())})")
+        raise UserError(f"no group could be fitted ({'; '.join(dict.fromkeys(failures.values()))})")
     return 0
 
 
 def _fraction(args: argparse.Namespace) -> float | None:
-    """--holdout's FRACTION (None: the reference's published split, also what
-    ``--reference`` alone backtests)."""
+    """--holdout's FRACTION: DEFAULT_FRACTION on runs without one; None: the reference's
+    published split (also what ``--reference`` alone backtests)."""
     if args.holdout in (None, SPLIT):
-        if not args.reference:
-            raise UserError("runs have no published split: give --holdout FRACTION, e.g. 0.3")
-        return None
+        return None if args.reference else DEFAULT_FRACTION
     try:
         fraction = float(args.holdout)
     except ValueError:
@@ -380,14 +396,16 @@ def _fraction(args: argparse.Namespace) -> float | None:
     if not 0 < fraction < 1:
         raise UserError(
             f"--holdout {args.holdout!r}: give a FRACTION in (0, 1) of the log-x range to "
-            "hold out, or nothing (a --reference's published split)"
+            f"hold out, or nothing ({DEFAULT_FRACTION:g} on runs, a --reference's published split)"
         )
     return fraction
 
 
-def _holdout_splits(args: argparse.Namespace, fraction: float | None) -> list:
-    """The curves --holdout backtests: the reference's, each cell's (--curves) or each
-    group's frontier."""
+def _curves(args: argparse.Namespace, fraction: float | None):
+    """``(curves, frame, metric)``: the reference's curves, each cell's learning curve
+    (--curves) or each group's frontier, cut at ``fraction`` (None: whole, for the law and
+    --predict; a reference's published split), those too short to fit said once
+    (:func:`_usable`); frame and metric None for a reference."""
     from analysis import holdout
     from analysis import metrics as M
 
@@ -398,45 +416,218 @@ def _holdout_splits(args: argparse.Namespace, fraction: float | None) -> list:
 
         metrics = [args.metric] if args.metric else None
         with user_errors(ValueError):
-            return jft.splits(models=args.model, metrics=metrics, fraction=fraction)
+            return jft.splits(models=args.model, metrics=metrics, fraction=fraction), None, None
     if args.model:
         raise UserError("--model selects a --reference's curves; for runs use --by model")
     if not args.paper and not args.runs:
-        raise UserError("vitscale fit --holdout: give RUNS_DIR..., --paper or --reference NAME")
+        raise UserError("vitscale fit: give RUNS_DIR..., --paper or --reference NAME")
     frame = _frames(args)
     if args.curves:
         if args.paper:
-            raise UserError("--curves backtests the cells' own learning curves: not with --paper")
-        from vitscale.record.cells import load_history
-
-        history, _ = load_history(frame)
-        found = M.fewshot_metrics(history, shots=args.shots or M.default_shots(frame))
-        metrics = [args.metric] if args.metric else found
-        if not metrics or metrics[0] not in history.columns:
-            raise UserError(
-                f"--metric {args.metric!r}: no such curve in metrics.jsonl; few-shot metrics: "
-                f"{', '.join(found) or 'none found'}"
-            )
-        return holdout.history_splits(history, metrics=metrics, fraction=fraction)
+            raise UserError("--curves reads the cells' own learning curves: not with --paper")
+        curves, metric = _cell_curves(args, frame, fraction)
+        return _usable(curves, args, frame, fraction), frame, metric
     frame, metric = M.resolve_metric(frame, args.metric, shots=args.shots)
     by = None if args.by.lower() == "none" else args.by
     for column in (X_COLUMNS[args.x], by):
         if column is not None and column not in frame.columns:
             raise UserError(f"no column {column!r} in the results (--x, --by)")
-    return holdout.frontier_splits(
+    curves = holdout.frontier_splits(
         frame, metric=metric, x=X_COLUMNS[args.x], by=by, fraction=fraction
     )
+    return _usable(curves, args, frame, fraction), frame, metric
+
+
+def _cell_curves(args: argparse.Namespace, frame, fraction: float | None) -> tuple[list, str]:
+    """Each run's learning curve of --metric (default: its few-shot ones at --shots) in
+    metrics.jsonl, cut at ``fraction``, and the metric's name."""
+    from analysis import holdout
+    from analysis import metrics as M
+    from vitscale.record.cells import load_history
+
+    history, _ = load_history(frame)
+    found = M.fewshot_metrics(history, shots=args.shots or M.default_shots(frame))
+    metrics = [args.metric] if args.metric else found
+    if not metrics or metrics[0] not in history.columns:
+        raise UserError(
+            f"--metric {args.metric!r}: no such curve in metrics.jsonl; few-shot metrics: "
+            f"{', '.join(found) or 'none found'}"
+        )
+    return holdout.history_splits(history, metrics=metrics, fraction=fraction), metrics[0]
+
+
+# What more points a frontier needs along each --x: which axis of the grid to extend.
+MORE_POINTS = {
+    "exaflops": "compute points: add durations (train.steps) or model sizes",
+    "examples": "data-size points: add pre-training subsets (data.subset)",
+    "examples_seen": "points: add durations (train.steps)",
+}
+
+
+def _usable(curves: list, args: argparse.Namespace, frame, fraction: float | None) -> list:
+    """The curves long enough to fit; the rest said once, with what would make them long
+    enough (a UserError when none is left): a design that cannot support a fit."""
+    import numpy as np
+
+    from analysis import holdout
+    from analysis.extrapolation import MIN_DISTINCT
+
+    short = holdout.too_short(curves)
+    if not short:
+        return curves
+    if args.curves:
+        fitted = _span(len(np.unique(s.x_fit)) for s in short)
+        cut = f", and --holdout {fraction:g} leaves {fitted} to fit" if fraction else ""
+        need = holdout.evaluations_needed(fraction)
+        message = (
+            f"{len(short)} of {len(curves)} learning curves have {_evaluations(short)} "
+            f"evaluations{cut}: extrapolate needs >= {MIN_DISTINCT} fitted, so >= {need} "
+            f"evenly spaced evaluations per run: {_eval_every(frame, need)}"
+        )
+    else:
+        counts = ", ".join(f"{s.name}: {len(np.unique(s.x_fit))}" for s in short)
+        held = f" before the held-out last {fraction:g} of their log-x range" if fraction else ""
+        instead = _curves_instead(args, frame, fraction) if args.runs else None
+        message = (
+            f"{len(short)} of {len(curves)} frontiers have fewer than {MIN_DISTINCT} distinct "
+            f"{args.x} values{held} ({counts}): a frontier needs "
+            f">= {MIN_DISTINCT} {MORE_POINTS[args.x]} to the grid"
+            + (f"; {instead}" if instead else "")
+        )
+    if len(short) == len(curves):
+        raise UserError(message)
+    print(f"skipped: {message}", file=sys.stderr)
+    return [c for c in curves if all(c is not s for s in short)]
+
+
+def _evaluations(curves: list) -> str:
+    """How many evaluations the curves have, e.g. "3" or "2-5"."""
+    import numpy as np
+
+    return _span(len(np.unique(np.r_[s.x_fit, s.x_held])) for s in curves)
+
+
+def _eval_every(frame, need: int) -> str:
+    """The train.eval_every that gives ``need`` evenly spaced evaluations per run."""
+    steps = sorted({int(s) for s in frame["steps"].dropna()})
+    every = (
+        f"at most {steps[0] // need} (train.steps {steps[0]} / {need})"
+        if len(steps) == 1
+        else f"at most 1/{need} of train.steps"
+    )
+    return f"set train.eval_every to {every} and train again"
+
+
+def _curves_instead(args: argparse.Namespace, frame, fraction: float | None) -> str | None:
+    """What the runs' own learning curves (--curves) support where their frontier cannot
+    be fitted: the options that work, or the evaluations per run they lack (None: --metric
+    has no learning curve)."""
+    import numpy as np
+
+    from analysis import holdout
+
+    try:
+        curves, _ = _cell_curves(args, frame[frame["path"].notna()], None)
+    except UserError:  # --metric names no curve (a fine-tune's top-1): nothing to add
+        return None
+    if not curves:
+        return "no few-shot learning curves in metrics.jsonl either"
+    have = min(len(np.unique(s.x_fit)) for s in curves)
+    options = {"--curves --predict X": None, "--curves --holdout": fraction or DEFAULT_FRACTION}
+    if args.holdout is not None:
+        del options["--curves --predict X"]
+    elif args.predict:
+        del options["--curves --holdout"]
+    needs = {option: holdout.evaluations_needed(f) for option, f in options.items()}
+    works = [option for option, need in needs.items() if have >= need]
+    if len(works) == len(needs):
+        return "a learning curve per cell: " + (
+            "add --curves" if len(needs) == 1 else f"use {' or '.join(works)}"
+        )
+    lacking = {option: need for option, need in needs.items() if have < need}
+    said = ", ".join(f"{option} needs >= {need}" for option, need in lacking.items())
+    why = f"{said} evenly spaced evaluations per run: {_eval_every(frame, max(lacking.values()))}"
+    if works:
+        return f"a learning curve per cell: use {works[0]} ({why})"
+    return f"the learning curves per cell have {_evaluations(curves)} evaluations: {why}"
+
+
+def _span(values) -> str:
+    """``{3}`` -> "3", ``{2, 3, 5}`` -> "2-5"."""
+    values = sorted(set(values))
+    return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
+
+
+def _failure_lines(failures: dict[str, str], what: str) -> list[str]:
+    """One line per reason, naming the curves it stopped (not one line per curve)."""
+    by_reason: dict[str, list[str]] = {}
+    for name, why in failures.items():
+        by_reason.setdefault(why, []).append(name)
+    return [
+        f"cannot {what} {', '.join(names) if len(names) <= 3 else f'{len(names)} curves ({names[0]}, ...)'}: {why}"
+        for why, names in by_reason.items()
+    ]
+
+
+def _x_units(args: argparse.Namespace) -> str:
+    return (
+        "examples seen"
+        if args.curves
+        else {
+            "exaflops": "pre-training exaFLOPs",
+            "examples": "pre-training images",
+            "examples_seen": "examples seen",
+        }[args.x]
+    )
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    """``vitscale fit --predict X ...``: each curve's predicted error at X with
+    extrapolate's --level interval, the columns explained, the interval's calibration said."""
+    import json
+
+    from analysis import holdout
+
+    if args.holdout is not None or args.reference:
+        raise UserError(
+            "--predict fits each whole curve of RUNS_DIR or --paper; --holdout (and "
+            "--reference) backtest a curve's early part: give one of them"
+        )
+    if bad := [x for x in args.predict if not x > 0]:
+        raise UserError(f"--predict {bad[0]:g}: x must be a positive {_x_units(args)} count")
+    curves, _, _ = _curves(args, None)
+    rows, failures = holdout.predictions(curves, args.predict, level=args.level)
+    if args.json:
+        out = {
+            "x": _x_units(args),
+            "level": args.level,
+            "predictions": [r.as_dict() for r in rows],
+            "failures": failures,
+            "calibration": holdout.calibration_note(args.level),
+        }
+        print(json.dumps(out, indent=2))
+    elif rows:
+        print(holdout.prediction_table(rows).to_string(index=False), end="\n\n")
+        print("\n".join(holdout.prediction_legend(rows, level=args.level, x=_x_units(args))))
+        print(holdout.calibration_note(args.level))
+    for line in _failure_lines(failures, "predict"):
+        print(line, file=sys.stderr)
+    if not rows:
+        raise UserError(
+            f"no curve could be extrapolated ({'; '.join(dict.fromkeys(failures.values()))})"
+        )
+    return 0
 
 
 def run_holdout(args: argparse.Namespace) -> int:
     """``vitscale fit --holdout``: a table of the curves' RMSE of log error, coverage and
-    width, and their summary (:mod:`analysis.holdout`)."""
+    width, its columns explained, and their summary (:mod:`analysis.holdout`)."""
     import json
 
     from analysis import holdout
 
     fraction = _fraction(args)
-    splits = _holdout_splits(args, fraction)
+    splits, _, _ = _curves(args, fraction)
     with user_errors(ValueError):
         scores, failures = holdout.evaluate(
             splits,
@@ -458,11 +649,16 @@ def run_holdout(args: argparse.Namespace) -> int:
     else:
         if scores:
             print(holdout.table(scores).to_string(index=False), end="\n\n")
+            print("\n".join(holdout.legend(level=args.level, fraction=fraction)), end="\n\n")
         print("\n".join(holdout.summary_lines(summary)))
-        for name, msg in failures.items():
-            print(f"cannot fit {name}: {msg}")
+        if scores and args.estimator == "extrapolate":
+            print(holdout.calibration_note(args.level))
+        for line in _failure_lines(failures, "backtest"):
+            print(line)
     if not scores:
-        raise UserError(f"no curve could be backtested ({'; '.join(failures.values()) or 'none'})")
+        raise UserError(
+            f"no curve could be backtested ({'; '.join(dict.fromkeys(failures.values())) or 'none'})"
+        )
     return 0
 
 

@@ -55,6 +55,11 @@ HASHED_WHEN_SET = (
     "eval.fewshot.width",
 )
 
+# Keys added after cells were run, with a default that computes what those cells did
+# (data.holdout: they all had a test folder): hashed only when they differ from it, so
+# the value used is in every resolved config and old cells keep their ids.
+HASHED_UNLESS_DEFAULT = ("data.holdout",)
+
 
 def cell_id(config: Config | dict, *, length: int = 10) -> str:
     """Short stable hash of everything that determines a run's results.
@@ -70,6 +75,10 @@ def cell_id(config: Config | dict, *, length: int = 10) -> str:
         pop_key(d, key)
     for key in HASHED_WHEN_SET:  # null or missing alike: left out
         if get_key(d, key) is None:
+            pop_key(d, key)
+    defaults = Config().to_dict()
+    for key in HASHED_UNLESS_DEFAULT:
+        if get_key(d, key) in (None, get_key(defaults, key)):
             pop_key(d, key)
     blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:length]

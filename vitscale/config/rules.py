@@ -128,6 +128,7 @@ _BOUNDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("data.num_workers", lambda v: v < 0, _WORKERS),
     ("data.shuffle_shards", lambda v: v < 1, "{key} must be at least 1, got {value}"),
     ("data.skip_bad_samples", lambda v: v < 0, _NON_NEGATIVE),
+    ("data.holdout", lambda v: not 0 < v < 1, "{key} must be in (0, 1), e.g. 0.2, got {value}"),
     ("data.image_size", lambda v: v < 8, "{key} must be at least 8, got {value}"),
     ("optim.betas", lambda v: len(v) != 2 or not all(0 <= b < 1 for b in v), _BETAS),
     *(

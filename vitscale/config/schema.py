@@ -69,7 +69,9 @@ class DataConfig(Section):
     class_balanced: bool = False
     num_workers: int | None = None  # None: on a GPU the process's CPUs less one, else 0
     shuffle_shards: int | None = None  # sharded sets: shards shuffled together; None: 16
-    skip_bad_samples: int = 0  # sharded sets: bad examples replaced (and counted) up to this
+    skip_bad_samples: int = 0  # sharded sets: distinct bad examples replaced (and counted)
+    # folder sets without test/ or val/: the part of train/ held out as the test split
+    holdout: Number = 0.2
     # sharded sets: decode and augment on the loader's workers or on the training device
     # (nvJPEG on a GPU); auto: on the device where it is a GPU
     decode: Literal["auto", "workers", "device"] = "auto"

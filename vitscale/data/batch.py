@@ -14,8 +14,9 @@ from torch.utils.data import Dataset, default_collate
 @dataclass(frozen=True, kw_only=True)
 class Batch:
     """Images ``(B, 3, H, W)`` in [-1, 1]; targets ``(B,)`` int64 or ``(B, K)`` multi-hot
-    float; ``skipped``: the bad examples the stream replaced (``data.skip_bad_samples``,
-    sharded sets), empty for every other source. Unpacks as ``images, targets = batch``;
+    float; ``skipped``: the bad examples the stream replaced in this batch
+    (``data.skip_bad_samples``, sharded sets; the same one again each epoch: the trainer
+    counts distinct ones), empty for every other source. Unpacks as ``images, targets = batch``;
     not a tuple, so torch's ``pin_memory`` calls :meth:`pin_memory`, which keeps ``skipped``.
     """
 

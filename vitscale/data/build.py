@@ -24,9 +24,11 @@ def _base(
     augment: bool | None,
     download: bool,
     val_fraction: float | None = None,
+    holdout: float | None = None,
 ) -> Dataset:
     """The whole ``split``, before any subset. ``val_fraction`` overrides the source's
-    held-out fraction (real sources; the synthetic tasks have a separate val stream)."""
+    held-out fraction (real sources; the synthetic tasks have a separate val stream);
+    ``holdout`` is ``data.holdout`` (a folder set without a test folder)."""
     if split not in SPLITS:
         raise ValueError(f"{name}: unknown split {split!r}; valid: {', '.join(SPLITS)}")
     source, path = parse_name(name)
@@ -51,7 +53,15 @@ def _base(
     transform = train_transform(image_size) if augment else eval_transform(image_size)
     where = path if path is not None else Path(root).expanduser() if root else default_root(source)
     official = "test" if split == "test" else "train"
-    ds = load_source(name, source, official, root=where, transform=transform, download=download)
+    ds = load_source(
+        name,
+        source,
+        official,
+        root=where,
+        transform=transform,
+        download=download,
+        holdout=holdout,
+    )
     if split in ("train", "test"):
         return ds
     fraction = SOURCES[source].val_fraction if val_fraction is None else val_fraction
@@ -82,6 +92,7 @@ def build_dataset(
     download: bool = False,
     shuffle_shards: int | None = None,
     skip_bad_samples: int = 0,
+    holdout: float | None = None,
 ) -> Dataset:
     """One split of a dataset as a torch ``Dataset`` of (image, target).
 
@@ -90,8 +101,8 @@ def build_dataset(
     ``name``, ``classes``, ``num_classes``, ``multilabel`` and ``targets_of(indices)``.
 
     ``name`` and ``split`` are the registry's (:mod:`vitscale.data.registry`); ``root``,
-    ``subset``, ``class_balanced``, ``download``, ``shuffle_shards`` and
-    ``skip_bad_samples`` mean what the ``data.*`` config keys of those names do
+    ``subset``, ``class_balanced``, ``download``, ``shuffle_shards``,
+    ``skip_bad_samples`` and ``holdout`` mean what the ``data.*`` config keys of those names do
     (docs/config.md). ``augment``: Inception crop + flip instead of the evaluation resize +
     centre crop; default: on for train and minitrain of real sources.
     """
@@ -109,7 +120,15 @@ def build_dataset(
             shuffle_shards=shuffle_shards,
             skip_bad_samples=skip_bad_samples,
         )
-    ds = _base(name, split, root=root, image_size=image_size, augment=augment, download=download)
+    ds = _base(
+        name,
+        split,
+        root=root,
+        image_size=image_size,
+        augment=augment,
+        download=download,
+        holdout=holdout,
+    )
     if subset is None:
         return ds
     n = len(ds)
@@ -148,13 +167,20 @@ def finetune_splits(
     image_size: int,
     download: bool = False,
     seed: int = 0,
+    holdout: float | None = None,
 ) -> tuple[Dataset, Dataset]:
     """``(minitrain, val)``: where fine-tuning learning rates are chosen (paper App. B.1.1):
     a fixed held-out slice of train (the source's default fraction unless ``val_fraction``
     is given) and the rest. The slice never depends on ``seed`` (accepted for a uniform
     signature), so every run holds out the same images."""
     del seed
-    kw = dict(root=root, image_size=image_size, download=download, val_fraction=val_fraction)
+    kw = dict(
+        root=root,
+        image_size=image_size,
+        download=download,
+        val_fraction=val_fraction,
+        holdout=holdout,
+    )
     return (
         _base(name, "minitrain", augment=None, **kw),
         _base(name, "val", augment=False, **kw),

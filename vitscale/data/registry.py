@@ -130,7 +130,8 @@ SOURCES: dict[str, SourceInfo] = {
             num_classes=None,
             sizes=(),
             val_fraction=0.1,
-            expected="train/<class>/<image> and test/<class>/<image> (or val/ for test)",
+            expected="train/<class>/<image> and test/<class>/<image> (or val/ for test; "
+            "without either, a part of train, data.holdout, is held out)",
             how_to_get="arrange the images in one folder per class",
         ),
         SourceInfo(
@@ -139,8 +140,9 @@ SOURCES: dict[str, SourceInfo] = {
             num_classes=None,
             sizes=(),
             val_fraction=0.1,
-            expected=f"train/<class>/<image>, test/<class>/<image> (or val/) and {LABEL_FILE} "
-            "with lines '<split>/<class>/<image><TAB><label>,<label>,...' listing each image's "
+            expected=f"train/<class>/<image>, test/<class>/<image> (or val/; without either, "
+            f"a part of train, data.holdout, is held out) and {LABEL_FILE} with "
+            "lines '<split>/<class>/<image><TAB><label>,<label>,...' listing each image's "
             "further labels (class folder names)",
             how_to_get="export the images one folder per primary label and write the other "
             f"labels to {LABEL_FILE}",
@@ -192,6 +194,18 @@ def finetune_recipe(name: str) -> tuple[int, tuple[float, ...]]:
         return SYNTHETIC_FINETUNE
     info = SOURCES[source]
     return info.finetune_steps, info.finetune_lrs
+
+
+def finetune_sweep(
+    name: str, *, steps: int | None = None, lrs: list[float] | None = None
+) -> tuple[int, list[float], int]:
+    """``(steps, learning rates, fine-tunes)`` of fine-tuning on ``name``: the config's
+    steps and learning rates, else the paper's (:func:`finetune_recipe`); one fine-tune per
+    learning rate on the held-out slice, then the best one again on all of train (one
+    learning rate: that one alone). The trainer runs it; the grid's budget counts it."""
+    paper_steps, paper_lrs = finetune_recipe(name)
+    lrs = list(lrs or paper_lrs)
+    return steps or paper_steps, lrs, len(lrs) + 1 if len(lrs) > 1 else 1
 
 
 def default_root(source: str) -> Path:

@@ -158,17 +158,20 @@ class OwnStream(ABC):
 
 class StreamLoader(DataLoader):
     """A DataLoader of a :class:`PositionStream`'s batches that raises a batch's reading
-    error and reports its replaced examples (on stderr, as the batch is taken)."""
+    error and reports its replaced examples (on stderr, as the batch is taken: each
+    once, not again every epoch)."""
 
     def __iter__(self) -> Iterator[Batch]:
         batches = super().__iter__()
+        said: set[str] = set()
         while True:
             batch = next(batches)  # endless
             if isinstance(batch, ReadFailure):
                 del batches  # stop the workers now, not when the traceback is freed
                 raise batch.error(batch.message)
-            for text in batch.skipped:
+            for text in dict.fromkeys(t for t in batch.skipped if t not in said):
                 print(f"warning: replaced a bad example: {text}", file=sys.stderr)
+                said.add(text)
             yield batch
 
 

@@ -45,7 +45,9 @@ class TransferEvaluator:
         self.accelerator = accelerator
         self.num_workers = num_workers
         d = cfg.data
-        self._build = dict(root=d.root, image_size=d.image_size, download=d.download)
+        self._build = dict(
+            root=d.root, image_size=d.image_size, download=d.download, holdout=d.holdout
+        )
         self._images = dict(
             batch_size=cfg.eval.batch_size,
             accelerator=accelerator,

@@ -13,7 +13,12 @@ matches a row's GPU reads it. For a cell, in order:
 2. **family**: rows of the same family on that GPU: the median of their achieved
    TFLOP/s (paper-convention FLOPs per image x images/s), divided by the cell's FLOPs
    per image;
-3. **assumed**: the profile's ``sustained_tflops``.
+3. **est.**: nothing measured on that GPU, but on another: 1 or 2 there, scaled by the
+   two GPUs' dense bf16 peaks (:data:`vitscale.flops.PEAK_BF16_FLOPS`), i.e. the same
+   share of peak on both. Why: the profile's one assumed FLOP/s made an A100 grid look
+   cheaper than the same grid budgeted from H100 measurements (issue 31);
+4. **assumed**: the profile's ``sustained_tflops`` (no measurement of the family
+   anywhere, or a GPU whose peak is not in the table).
 
 Columns of ``calibration.csv``: ``gpu`` (``torch.cuda.get_device_name``), ``model``,
 ``image_size``, ``precision``, ``compile``, ``batch_per_gpu``, ``images_per_s`` (per GPU),
@@ -28,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..catalog import parse
-from ..flops import count
+from ..flops import count, peak_flops_of
 
 CALIBRATION_FILE = "calibration.csv"
 COLUMNS = (
@@ -42,8 +47,8 @@ COLUMNS = (
     "date",
     "source",
 )
-MEASURED, FAMILY, ASSUMED = "measured", "family", "assumed"
-BASES = (MEASURED, FAMILY, ASSUMED)
+MEASURED, FAMILY, ESTIMATED, ASSUMED = "measured", "family", "est.", "assumed"
+BASES = (MEASURED, FAMILY, ESTIMATED, ASSUMED)
 
 
 @dataclass(frozen=True)
@@ -133,16 +138,39 @@ def images_per_s(
     image_size: int,
     precision: str,
     compile: bool,
-) -> tuple[float | None, str]:
-    """``(images/s per GPU, basis)`` for training ``model``: measured, from its family's
-    measured TFLOP/s, or ``(None, "assumed")`` (the caller's assumed FLOP/s)."""
+) -> tuple[float | None, str, str | None]:
+    """``(images/s per GPU, basis, the GPU measured)`` for training ``model`` on
+    ``gpu_type``: measured, from its family's measured TFLOP/s, estimated from another
+    GPU's, or ``(None, "assumed", None)`` (the caller's assumed FLOP/s)."""
     precision = "bf16" if precision == "auto" else precision  # what "auto" is on a GPU
-    here = [r for r in rows if matches(gpu_type, r.gpu) and r.precision == precision]
-    same = [r for r in here if (r.model, r.image_size, r.compile) == (model, image_size, compile)]
+    kw = dict(model=model, image_size=image_size, compile=compile)
+    same = [r for r in rows if r.precision == precision]
+    here = [r for r in same if matches(gpu_type, r.gpu)]
+    rate, basis = _on(here, **kw)
+    if rate is not None:
+        return rate, basis, here[0].gpu
+    peak = peak_flops_of(gpu_type) if gpu_type else None
+    found = []  # (model measured first, file order, rate scaled, gpu)
+    for i, gpu in enumerate(dict.fromkeys(r.gpu for r in same if not matches(gpu_type, r.gpu))):
+        rate, basis = _on([r for r in same if r.gpu == gpu], **kw)
+        if rate is not None and peak and (theirs := peak_flops_of(gpu)):
+            found.append((basis != MEASURED, i, rate * peak / theirs, gpu))
+    if found:
+        _, _, rate, gpu = min(found)
+        return rate, ESTIMATED, gpu
+    return None, ASSUMED, None
+
+
+def _on(
+    rows: list[Measured], *, model: str, image_size: int, compile: bool
+) -> tuple[float | None, str]:
+    """Images/s from rows of one GPU: the model's own (measured), else its family's
+    median TFLOP/s (family), else ``(None, "assumed")``."""
+    same = [r for r in rows if (r.model, r.image_size, r.compile) == (model, image_size, compile)]
     if same:
         return statistics.median(r.images_per_s for r in same), MEASURED
     family = parse(model).family
-    kin = [r for r in here if r.family == family and r.compile == compile]
+    kin = [r for r in rows if r.family == family and r.compile == compile]
     if kin:
         tflops = statistics.median(r.tflops for r in kin)
         per_image = count(model, image_size, head="pretrain").train_flops_per_example

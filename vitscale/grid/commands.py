@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 from ..catalog import model_columns
-from .calibration import ASSUMED, BASES, FAMILY, MEASURED
-from .cost import cell_cost
+from ..plan import recipe_notes
+from .calibration import ASSUMED, BASES, ESTIMATED, FAMILY, MEASURED
+from .cost import CellCost, cell_cost
 from .placement import Placement, apply_placements, place_grid
 from .plan import headline, plan, retry_hint
 from .profile import Profile, load_profile
@@ -30,26 +31,37 @@ def print_dry_run(
     as_json: bool,
     retry_failed: bool = False,
 ) -> int:
-    """The cells, their cost and totals; with a profile also the peak memory per GPU and
-    the micro-batches (refusing, after the table, cells that fit at none)."""
+    """The cells, their cost and totals, then what submission would refuse; with a profile
+    also node-hours, time-limit slices, the peak memory per GPU and the micro-batches, and
+    the grid's resources checked against it as submission checks them. Exit code 2 when
+    anything would be refused."""
     planned = plan(grid, runs_root, retry_failed=retry_failed)
     actions = {p.cell.id: p.action for p in planned}
     est = profile or Profile(name="default")
-    costs = [cell_cost(c, est) for c in grid.cells]
+    costs = [
+        cell_cost(c, est, resources=grid.resources_for(c) if profile else None) for c in grid.cells
+    ]
     fits = {f.cell.id: f for f in place_grid(grid, profile)} if profile else {}
-    problems = [p for f in fits.values() for p in f.problems]
+    problems = grid.problems_on(profile) if profile else []  # what submission would refuse
+    problems += [p for f in fits.values() for p in f.problems]
     todo = [c for c in costs if actions[c.cell.id] == "submit"]
     total = {
         "cells": len(costs),
         "to_run": len(todo),
         "done": sum(a == "skip-done" for a in actions.values()),
         "exaflops": sum(c.exaflops or 0 for c in costs),
+        "finetune_exaflops": sum(c.finetune_exaflops or 0 for c in costs),
         "gpu_hours": sum(c.gpu_hours or 0 for c in costs),
         "gpu_hours_to_run": sum(c.gpu_hours or 0 for c in todo),
+        "node_hours": sum(c.node_hours or 0 for c in costs) if profile else None,
+        "node_hours_to_run": sum(c.node_hours or 0 for c in todo) if profile else None,
+        "max_slices": max((c.slices or 0 for c in costs), default=0) if profile else None,
+        "time_limit": profile.time_limit if profile else None,
         "sustained_tflops_per_gpu": est.sustained_tflops,
         "profile": est.name,
         "gpu_type": est.gpu_type,
         "gpu_hours_basis": {b: sum(c.basis == b for c in costs) for b in BASES},
+        "problems": problems,
     }
     if as_json:
         cells = [
@@ -63,8 +75,12 @@ def print_dry_run(
                 "steps": c.steps,
                 "examples_seen": c.examples_seen,
                 "exaflops": c.exaflops,
+                "finetune_exaflops": c.finetune_exaflops,
                 "gpu_hours": c.gpu_hours,
                 "gpu_hours_basis": c.basis,
+                "gpu_hours_measured_on": c.measured_on,
+                "node_hours": c.node_hours,
+                "slices": c.slices,
                 "action": actions[c.cell.id],
                 "memory": _memory_json(fits.get(c.cell.id)),
                 "config": c.cell.config.to_dict(),
@@ -74,16 +90,16 @@ def print_dry_run(
         print(
             json.dumps({"grid": grid.name, "cells": cells, "total": total}, indent=2, default=str)
         )
-        if problems:
-            raise GridError(problems)
-        return 0
+        return _refuse(problems)
     print(
         f"grid {grid.name!r} ({grid.path}): {len(costs)} cells -> {runs_root / grid.name}/<cell id>/"
     )
+    cluster_head = f" {'node-h':>8} {'slices':>6}" if profile else ""
     memory_head = f" {'GiB/GPU':>7} {'micro':>9}" if fits else ""
     head = (
         f"{'id':<10} {'model':<17} {'patch':>5} {'data':<12} {'subset':>8} {'steps':>9} "
-        f"{'examples':>10} {'exaFLOPs':>10} {'GPU-h':>9} {'basis':<8}{memory_head}  state"
+        f"{'examples':>10} {'exaFLOPs':>10} {'ft':>7} {'GPU-h':>9} {'basis':<8}"
+        f"{cluster_head}{memory_head}  state"
     )
     print(head)
     print("-" * len(head))
@@ -106,19 +122,41 @@ def print_dry_run(
 
             pub = published_compute(m.name, m.pretrained_dataset, m.pretrained_epochs)
             state += f" (published: {pub.exaflops:.4g} exaFLOPs pre-trained)"
+        cluster = f" {fmt(c.node_hours, ',.1f'):>8} {fmt(c.slices, ''):>6}" if profile else ""
         print(
             f"{c.cell.id:<10} {c.cell.config.model.name:<17} {_patch(c.cell.config.model.name):>5} "
             f"{_dataset(d.dataset):<12} {_subset(d.subset):>8} {fmt(c.steps, ','):>9} {fmt(examples, ''):>10} "
-            f"{fmt(c.exaflops, '.4g'):>10} {fmt(c.gpu_hours, ',.1f'):>9} {c.basis:<8}"
-            f"{_memory_cells(fits.get(c.cell.id))}  {state}"
+            f"{fmt(c.exaflops, '.4g'):>10} {fmt(c.finetune_exaflops, '.3g'):>7} "
+            f"{fmt(c.gpu_hours, ',.1f'):>9} {c.basis:<8}"
+            f"{cluster}{_memory_cells(fits.get(c.cell.id))}  {state}"
         )
     print("-" * len(head))
+    node_hours = f", {total['node_hours']:,.1f} node-hours" if profile else ""
     print(
-        f"total: {_exaflops(total['exaflops'])} exaFLOPs, {total['gpu_hours']:,.1f} GPU-hours "
-        f"(profile {est.name!r}); {total['to_run']} cells to run "
-        f"({total['gpu_hours_to_run']:,.1f} GPU-hours), {total['done']} done"
+        f"total: {_exaflops(total['exaflops'])} pre-training + "
+        f"{_exaflops(total['finetune_exaflops'])} fine-tuning exaFLOPs, "
+        f"{total['gpu_hours']:,.1f} GPU-hours{node_hours} (profile {est.name!r}); "
+        f"{total['to_run']} cells to run ({total['gpu_hours_to_run']:,.1f} GPU-hours), "
+        f"{total['done']} done"
     )
-    print(f"GPU-hours: {_basis_line(total['gpu_hours_basis'], est)}")
+    print(
+        "exaFLOPs: pre-training (paper convention, Fig. 5's x-axis); ft: fine-tuning, every "
+        "set's learning-rate sweep and retrain at its resolution (few-shot evaluation not counted)"
+    )
+    print(
+        "GPU-h: pre-training + fine-tuning, at the FLOP/s the cell's pre-training reaches; "
+        + _basis_line(costs, est, given=profile is not None)
+    )
+    if warning := _estimated_warning(costs, est):
+        print(warning)
+    if profile:
+        longest = max(costs, key=lambda c: c.slices or 0)
+        print(
+            f"node-h: GPU-h / the cell's GPUs x its nodes; slices: jobs of at most "
+            f"{profile.time_limit} (the profile's limit, or the cell's time if shorter) it "
+            f"runs as, one after another (the longest, {longest.cell.id}: {longest.slices}, "
+            f"{_duration((longest.node_hours or 0) / _nodes(grid, longest))} at least)"
+        )
     if hint := retry_hint(planned, grid_path=grid.path, runs=runs_root / grid.name):
         print(hint)
     if fits:
@@ -127,25 +165,69 @@ def print_dry_run(
             f"({'usable ' + format(_usable_gib(profile), '.1f') + ' GiB per GPU' if profile.gpu_mem_gb else 'no gpu_mem_gb in the profile: nothing checked'}); "
             "micro: pre-training micro-batch / per-GPU batch (fine-tuning's after the comma)"
         )
-    if problems:
-        raise GridError(problems)
-    return 0
+    return _refuse(problems)
 
 
-def _basis_line(counts: dict[str, int], profile: Profile) -> str:
+def _refuse(problems: list[str]) -> int:
+    """After the table: each problem submission would refuse, once, one line each; exit
+    code 2 (a problem with the input, as the command line's other errors) if any."""
+    sys.stdout.flush()
+    for p in problems:
+        print(f"error: {p}", file=sys.stderr)
+    return 2 if problems else 0
+
+
+def _nodes(grid: Grid, cost: CellCost) -> int:
+    return max(1, int(grid.resources_for(cost.cell).get("nodes", 1)))
+
+
+def _duration(hours: float) -> str:
+    return f"{hours / 24:.1f} days" if hours >= 48 else f"{hours:.1f} h"
+
+
+def _basis_line(costs: list[CellCost], profile: Profile, *, given: bool) -> str:
     """Which cells' GPU-hours are measured, and which assumed (vitscale.grid.calibration)."""
+    counts = {b: sum(c.basis == b for c in costs) for b in BASES}
     gpu = profile.gpu_type or "no gpu_type in the profile"
     parts = []
     if counts[MEASURED]:
         parts.append(f"{counts[MEASURED]} cell(s) from their model's speed measured on {gpu}")
     if counts[FAMILY]:
         parts.append(f"{counts[FAMILY]} from their family's measured TFLOP/s on {gpu}")
+    if counts[ESTIMATED]:
+        parts.append(f"{counts[ESTIMATED]} est. (below)")
     if counts[ASSUMED]:
+        if not given:
+            how = "--profile NAME budgets from its GPU's measured speeds"
+        elif profile.gpu_type:
+            how = "benchmarks/gpu_smoke.sh --calibrate adds one"
+        else:
+            how = "set gpu_type in the profile to estimate from a GPU measured elsewhere"
         parts.append(
             f"{counts[ASSUMED]} assumed at {profile.sustained_tflops:g} TFLOP/s sustained per "
-            "GPU (no measurement: benchmarks/gpu_smoke.sh --calibrate adds one)"
+            f"GPU (no measurement: {how})"
         )
     return "; ".join(parts) or "no cells"
+
+
+def _estimated_warning(costs: list[CellCost], profile: Profile) -> str | None:
+    """One line: how many cells' GPU-hours are estimated from another GPU, and how."""
+    from ..flops import peak_flops_of
+
+    est = [c for c in costs if c.basis == ESTIMATED]
+    if not est:
+        return None
+    mine = peak_flops_of(profile.gpu_type) / 1e12
+    sources = ", ".join(
+        f"{gpu} ({mine:.0f}/{peak_flops_of(gpu) / 1e12:.0f})"
+        for gpu in dict.fromkeys(c.measured_on for c in est)
+    )
+    return (
+        f"warning: {len(est)} of {len(costs)} cells' GPU-hours are estimated (est.): nothing "
+        f"was measured on {profile.gpu_type}, so the speeds measured on {sources} are scaled "
+        "by the two GPUs' peak bf16 TFLOP/s (the same share of peak on both); measure it with "
+        "benchmarks/gpu_smoke.sh --calibrate"
+    )
 
 
 def _usable_gib(profile: Profile) -> float:
@@ -231,7 +313,10 @@ def grid(
     g = load_grid(
         path, overrides=overrides, num_processes=launch, profile=profile, running=not dry_run
     )
-    notes = (n for c in g.cells for n in (*c.plan.notes, c.plan.recipe_note) if n)
+    notes = [n for c in g.cells for n in c.plan.notes]
+    notes += recipe_notes(
+        [(c.plan.config, c.plan.from_recipe) for c in g.cells if c.plan.from_recipe]
+    )
     for note in dict.fromkeys(notes):
         print(f"note: {note}", file=sys.stderr)  # once, not once per cell
     if dry_run:

@@ -1,19 +1,29 @@
-"""What a grid will cost before it runs: steps, examples, exaFLOPs and GPU-hours per cell.
+"""What a grid will cost before it runs: steps, examples, exaFLOPs, GPU-hours, node-hours
+and time-limit slices per cell.
 
 Pre-training exaFLOPs come from :mod:`vitscale.flops` (paper convention, the x-axis of
-Fig. 5). GPU-hours come from the training speed measured on the profile's GPU where there
-is one (:mod:`vitscale.grid.calibration`: the model itself, else its family's measured
-FLOP/s), else from the profile's assumed sustained FLOP/s per GPU; each cell says which.
-They estimate the training steps alone (evaluation and fine-tuning are extra).
+Fig. 5); fine-tuning exaFLOPs count every fine-tune the cell runs (each set's
+learning-rate sweep and retrain, :func:`vitscale.data.registry.finetune_sweep`): steps x
+batch x training FLOPs per image at the fine-tuning resolution. GPU-hours are both at the
+FLOP/s the cell's pre-training reaches on the profile's GPU (:mod:`vitscale.grid.calibration`:
+measured on it, from its family's measurements, estimated from another GPU's by their
+peaks, or the profile's assumed FLOP/s; each cell says which). Few-shot and upstream
+evaluation are not counted. On a cluster, a cell's wall-clock hours are its GPU-hours over
+its GPUs (perfect scaling), its node-hours those times its nodes, and its slices the jobs
+it runs as, one per time limit (it checkpoints and requeues).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
+from ..data.registry import finetune_sweep
 from ..flops import count
 from .calibration import ASSUMED, images_per_s
-from .profile import Profile
+from .placement import num_classes
+from .profile import Profile, parse_time
 from .spec import Cell
 
 
@@ -23,22 +33,49 @@ class CellCost:
     num_examples: int | None  # pre-training subset size, when known without the data
     steps: int | None
     examples_seen: int | None
-    exaflops: float | None
-    gpu_hours: float | None
-    basis: str = ASSUMED  # of gpu_hours: "measured", "family" or "assumed"
+    exaflops: float | None  # pre-training
+    finetune_exaflops: float | None
+    gpu_hours: float | None  # pre-training and fine-tuning
+    basis: str = ASSUMED  # of gpu_hours: vitscale.grid.calibration.BASES
+    measured_on: str | None = None  # the GPU whose measurements gpu_hours come from
+    node_hours: float | None = None  # on a cluster profile
+    slices: int | None = None  # jobs of one time limit each, one after another
 
 
-def cell_cost(cell: Cell, profile: Profile | None) -> CellCost:
-    """The cell's cost from its plan: its length (None while unknown) in examples and FLOPs."""
+def finetune_exaflops(cell: Cell) -> float:
+    """Every fine-tune of the cell: steps x batch x training FLOPs per image, per set."""
+    cfg = cell.config
+    ft = cfg.eval.finetune
+    size = ft.image_size or cfg.data.image_size
+    total = 0.0
+    for dataset in ft.datasets:
+        steps, _, fine_tunes = finetune_sweep(dataset, steps=ft.steps, lrs=ft.lrs)
+        c = count(
+            cfg.model.name,
+            size,
+            num_classes=num_classes(dataset),
+            head="finetune",
+            pool=cfg.model.pool,
+        )
+        total += fine_tunes * steps * ft.batch_size * c.train_flops_per_example
+    return total / 1e18
+
+
+def cell_cost(
+    cell: Cell, profile: Profile | None, *, resources: dict[str, Any] | None = None
+) -> CellCost:
+    """The cell's cost from its plan (None while its length is unknown); with
+    ``resources`` (the grid's for this cell) also its node-hours and slices on ``profile``."""
     cfg, n, steps = cell.config, cell.plan.num_examples, cell.plan.total_steps
     if steps is None:
-        return CellCost(cell, n, None, None, None, None)
+        return CellCost(cell, n, None, None, None, None, None)
     examples = steps * cfg.train.batch_size
     c = count(cfg.model.name, cfg.data.image_size, head="pretrain", pool=cfg.model.pool)
     exaflops = c.train_flops_per_example * examples / 1e18
+    ft = finetune_exaflops(cell)
     if profile is None:
-        return CellCost(cell, n, steps, examples, exaflops, None)
-    rate, basis = images_per_s(
+        return CellCost(cell, n, steps, examples, exaflops, ft, None)
+    rate, basis, gpu = images_per_s(
         profile.calibration,
         profile.gpu_type,
         model=cfg.model.name,
@@ -46,8 +83,19 @@ def cell_cost(cell: Cell, profile: Profile | None) -> CellCost:
         precision=cfg.train.precision,
         compile=bool(cfg.train.compile),
     )
-    if rate is not None:
-        hours = examples / rate / 3600
-    else:
-        hours = exaflops * 1e18 / (profile.sustained_tflops * 1e12) / 3600
-    return CellCost(cell, n, steps, examples, exaflops, hours, basis)
+    flops_per_s = rate * c.train_flops_per_example if rate else profile.sustained_tflops * 1e12
+    hours = (exaflops + ft) * 1e18 / flops_per_s / 3600
+    node_hours = slices = None
+    if resources is not None:
+        nodes = int(resources.get("nodes", 1))
+        gpus = int(resources.get("gpus", profile.gpus_per_node * nodes))
+        wall = hours / max(1, gpus)
+        node_hours = wall * nodes
+        try:
+            limit = min(
+                parse_time(resources.get("time", profile.time_limit)), profile.time_limit_min
+            )
+        except ValueError:  # reported by the grid's resource checks
+            limit = profile.time_limit_min
+        slices = max(1, math.ceil(wall * 60 / limit))
+    return CellCost(cell, n, steps, examples, exaflops, ft, hours, basis, gpu, node_hours, slices)

@@ -59,37 +59,58 @@ class Profile:
     def time_limit_min(self) -> int:
         return parse_time(self.time_limit)
 
-    def check(self, resources: dict, where: str) -> list[str]:
-        """Problems with asking this profile for ``resources`` (one message each)."""
+    def check(
+        self, resources: dict, *, where: str, origin: dict[str, str] | None = None
+    ) -> list[str]:
+        """Problems with asking this profile for ``resources``, one message each, naming
+        ``origin[key]`` (where the offending key was set, e.g. ``resources.default``) or
+        ``where``: a default's problem is then the same message for every model using it."""
         problems = []
         nodes = resources.get("nodes", 1)
         gpus = resources.get("gpus", self.gpus_per_node * nodes)
+        origin = origin or {}
+        at = {k: origin.get(k, where) for k in ("nodes", "time", "mem_gb", "cpus_per_gpu")}
+        at["gpus"] = origin.get("gpus", at["nodes"])
+        limit = f"profile {self.name!r}"
         if nodes > self.max_nodes:
             problems.append(
-                f"{where}: nodes={nodes} but profile {self.name!r} allows at most {self.max_nodes}"
+                f"{at['nodes']}: nodes={nodes} but {limit} allows at most {self.max_nodes}; "
+                f"ask for at most {self.max_nodes}"
             )
         if gpus > self.gpus_per_node * nodes:
+            need = -(-gpus // max(1, self.gpus_per_node))
+            if not self.gpus_per_node:
+                fix = "its nodes have none: set gpus: 0"
+            elif need <= self.max_nodes:
+                fix = f"set nodes: {need} for gpus: {gpus}, or ask for fewer GPUs"
+            else:
+                fix = f"ask for at most {self.gpus_per_node * self.max_nodes} GPUs in all"
             problems.append(
-                f"{where}: gpus={gpus} on {nodes} node(s) but profile {self.name!r} has "
-                f"{self.gpus_per_node} GPUs per node"
+                f"{at['gpus']}: gpus={gpus} on {nodes} node(s) but {limit} has "
+                f"{self.gpus_per_node} GPUs per node; {fix}"
             )
         if "time" in resources:
             try:
                 if parse_time(resources["time"]) > self.time_limit_min:
                     problems.append(
-                        f"{where}: time={resources['time']} exceeds profile {self.name!r} limit {self.time_limit}"
-                        " (long cells checkpoint and requeue: ask for at most the limit)"
+                        f"{at['time']}: time={resources['time']} exceeds {limit} limit "
+                        f"{self.time_limit}; ask for at most {self.time_limit} (long cells "
+                        "checkpoint and requeue)"
                     )
             except ValueError as e:
-                problems.append(f"{where}: {e}")
+                problems.append(f"{at['time']}: {e}")
         if resources.get("mem_gb", 0) > self.mem_gb_per_node:
             problems.append(
-                f"{where}: mem_gb={resources['mem_gb']} but profile {self.name!r} nodes have {self.mem_gb_per_node}"
+                f"{at['mem_gb']}: mem_gb={resources['mem_gb']} but {limit} nodes have "
+                f"{self.mem_gb_per_node}; ask for at most {self.mem_gb_per_node:g}"
             )
-        cpus = resources.get("cpus_per_gpu", 0) * max(1, gpus // max(1, nodes))
+        per_node = max(1, gpus // max(1, nodes))
+        cpus = resources.get("cpus_per_gpu", 0) * per_node
         if cpus > self.cpus_per_node:
             problems.append(
-                f"{where}: {cpus} CPUs per node but profile {self.name!r} nodes have {self.cpus_per_node}"
+                f"{at['cpus_per_gpu']}: {cpus} CPUs per node (cpus_per_gpu="
+                f"{resources['cpus_per_gpu']} x {per_node} GPUs) but {limit} nodes have "
+                f"{self.cpus_per_node}; ask for cpus_per_gpu <= {self.cpus_per_node // per_node}"
             )
         return problems
 
@@ -198,22 +219,31 @@ class Shape:
         )
 
 
-def shape_for(resources: dict[str, Any], profile: Profile, *, where: str = "resources") -> Shape:
-    """The SLURM request for a cell's resources (``Grid.resources_for``) on ``profile``.
+def shape_for(
+    resources: dict[str, Any],
+    profile: Profile,
+    *,
+    where: str = "resources",
+    origin: dict[str, str] | None = None,
+) -> Shape:
+    """The SLURM request for a cell's resources (``Grid.resources_for``) on ``profile``;
+    an error names ``origin[key]`` (where the key was set) or ``where``.
 
     ``gpus`` is the cell's total over its nodes (default: every GPU of its nodes);
     ``cpus_per_gpu`` is per process, which for CPU-only cells means per cell and node
     (default: the node's CPUs shared among its GPUs; 1 for CPU-only cells, so that a
     laptop-sized cluster runs several cells at once); ``mem_gb`` is per node.
     """
+    origin = origin or {}
     nodes = int(resources.get("nodes", 1))
     gpus = int(resources.get("gpus", profile.gpus_per_node * nodes))
+    at_gpus = origin.get("gpus", origin.get("nodes", where))
     if nodes < 1 or gpus < 0:
         raise SlurmError(
-            f"{where}: nodes must be at least 1 and gpus at least 0, got {nodes} and {gpus}"
+            f"{at_gpus}: nodes must be at least 1 and gpus at least 0, got {nodes} and {gpus}"
         )
     if gpus % nodes:
-        raise SlurmError(f"{where}: gpus={gpus} does not split evenly over nodes={nodes}")
+        raise SlurmError(f"{at_gpus}: gpus={gpus} does not split evenly over nodes={nodes}")
     gpus_per_node = gpus // nodes
     if "cpus_per_gpu" in resources:
         cpus = int(resources["cpus_per_gpu"])
@@ -226,7 +256,7 @@ def shape_for(resources: dict[str, Any], profile: Profile, *, where: str = "reso
     # would be signalled as it starts, and requeue itself forever without training.
     if time_min * 60 <= profile.signal_delay_s + SIGNAL_RESOLUTION_S:
         raise SlurmError(
-            f"{where}: time={time_min} min is too short for profile {profile.name!r}: it signals "
+            f"{origin.get('time', where)}: time={time_min} min is too short for profile {profile.name!r}: it signals "
             f"{profile.signal_delay_s} s before the limit and SLURM may signal up to "
             f"{SIGNAL_RESOLUTION_S} s earlier; ask for more than "
             f"{-(-(profile.signal_delay_s + SIGNAL_RESOLUTION_S) // 60)} min"

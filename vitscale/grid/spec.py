@@ -62,12 +62,53 @@ class Grid:
     def resources_for(self, cell: Cell) -> dict[str, Any]:
         return _resources_for(self.resources, cell.config.model.name)
 
+    def problems_on(self, profile: Profile) -> list[str]:
+        """What submitting this grid to ``profile`` would refuse (:func:`resource_problems`)."""
+        models = [c.config.model.name for c in self.cells]
+        return resource_problems(self.path, self.resources, models, profile)
+
+
+def _entries(name: str) -> tuple[str, ...]:
+    """The ``resources`` entries a model reads, least specific first."""
+    from ..catalog import family
+
+    return ("default", family(name), name)
+
 
 def _resources_for(resources: dict[str, dict[str, Any]], name: str) -> dict[str, Any]:
     """Resource sizes: ``default`` <- family (ViT/ResNet/Hybrid) <- exact model name."""
-    from ..catalog import family
+    out: dict[str, Any] = {}
+    for entry in _entries(name):
+        out |= _sizes(resources, entry)
+    return out
 
-    return resources.get("default", {}) | resources.get(family(name), {}) | resources.get(name, {})
+
+def _sizes(resources: dict, entry: str) -> dict[str, Any]:
+    sizes = resources.get(entry)
+    return sizes if isinstance(sizes, dict) else {}  # not a mapping: reported by load_grid
+
+
+def resource_problems(
+    path: Path, resources: dict[str, dict[str, Any]], models: list[str], profile: Profile
+) -> list[str]:
+    """Every model's resources checked against ``profile`` as submission checks them (the
+    profile's limits and the job's shape), each problem once, at the ``resources`` entry
+    that set the value: a ``default`` that asks too much is one message, not one per
+    model and block. The dry-run prints them; a run refuses the grid with them."""
+    problems: list[str] = []
+    for name in dict.fromkeys(models):
+        origin = {
+            key: f"{path}: resources.{entry}"
+            for entry in _entries(name)
+            for key in _sizes(resources, entry)
+        }
+        sizes = _resources_for(resources, name)
+        problems += profile.check(sizes, where=f"{path}: resources", origin=origin)
+        try:
+            shape_for(sizes, profile, where=f"{path}: resources", origin=origin)
+        except SlurmError as e:
+            problems.append(str(e))
+    return list(dict.fromkeys(problems))
 
 
 def _as_list(value: Any, where: str, problems: list[str]) -> list:
@@ -130,7 +171,7 @@ def load_grid(
     ``num_processes``: every cell's launch (the local executor's ``--processes``); without
     it, a cell's launch on a cluster ``profile`` is the processes its resources ask for.
     ``running``: the grid is about to run: every dataset must be there and, with a
-    ``profile``, every cell's resources must fit it.
+    ``profile``, every cell's resources must fit it (:func:`resource_problems`).
     """
     path = Path(path)
     if not path.is_file():
@@ -165,9 +206,12 @@ def load_grid(
             continue
         _unknown(sizes, RESOURCE_KEYS, f"{path}: resources.{key}", problems)
     grid_points = _points({"axes": raw.get("axes") or {}}, f"{path}: axes", problems)
-    plan_cell = _planner(resources, profile, num_processes, overrides, running)
+    models: list[str] = []  # every resolved cell's model, whatever its other problems
+    plan_cell = _planner(resources, profile, num_processes, overrides, running, models)
     origin = _Origin(path=path, base=base, overrides=overrides)
     cells = _cells(blocks, grid_points, base, name, origin, plan_cell, problems)
+    if running and profile:
+        problems += resource_problems(path, resources, models, profile)
     if problems:
         raise GridError(problems)
     if not cells:
@@ -181,26 +225,25 @@ def _planner(
     num_processes: int | None,
     overrides: list[str],
     running: bool,
+    models: list[str],
 ) -> Callable[[dict], Plan]:
-    """How a cell's config is planned: its launch and, before running, its datasets and,
-    on a cluster profile, its resources (the profile's checks, reported with the rest)."""
+    """How a cell's config is planned: its launch and, before running, its datasets. Its
+    resources on a profile are the grid's to check, once (:func:`resource_problems`), for
+    the ``models`` every resolved config adds to."""
 
     def launch(cfg: Config) -> int | None:  # on the cluster: the processes it asks for
         try:
             shape = shape_for(_resources_for(resources, cfg.model.name), profile)
-        except SlurmError:  # reported by the profile's checks
+        except SlurmError:  # reported by resource_problems
             return None
         return shape.nodes * shape.tasks_per_node
-
-    def on_profile(cfg: Config) -> list[str]:
-        return profile.check(_resources_for(resources, cfg.model.name), "resources")
 
     return lambda config: plan(
         config,
         overrides=overrides,
         num_processes=num_processes if num_processes or profile is None else launch,
         check_data=running,
-        extra_checks=on_profile if running and profile else None,
+        extra_checks=lambda cfg: models.append(cfg.model.name) or [],
     )
 
 

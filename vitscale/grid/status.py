@@ -98,7 +98,7 @@ def cell_row(run_dir: Path, *, shots: int | None = None, job_state=None, job_not
         grid=str(config.get("grid") or run_dir.parent.name),
         cell_id=run_dir.name,
         model=str(_section(config, "model").get("name") or "?"),
-        subset=str(_section(config, "data").get("subset")),
+        subset=str(_section(config, "data").get("subset") or "all"),
         status=status,
         last_step=state.last_step,
         total_steps=_section(config, "train").get("total_steps"),
@@ -152,7 +152,9 @@ def _with_settings(rows: list[CellRow], folders: list[Path]) -> list[CellRow]:
 
 def format_table(rows: list[CellRow], *, shots: int | None = None) -> str:
     fewshot = f"{shots}-shot" if shots else "k-shot"
-    head = f"{'grid':<16} {'cell':<10} {'model':<16} {'subset':>8} {'status':<8} {'step':>13} {fewshot:>7}  note"
+    models = {r: f"{r.model} {r.setting}" if r.setting else r.model for r in rows}
+    w = max([16, *map(len, models.values())])
+    head = f"{'grid':<16} {'cell':<10} {'model':<{w}} {'subset':>8} {'status':<8} {'step':>13} {fewshot:>7}  note"
     lines = [head, "-" * len(head)]
     for r in sorted(rows, key=lambda r: (r.grid, STATUS_ORDER.index(r.status), r.model, r.subset)):
         step = (
@@ -161,9 +163,8 @@ def format_table(rows: list[CellRow], *, shots: int | None = None) -> str:
             else f"{r.last_step}" + (f"/{r.total_steps}" if r.total_steps else "")
         )
         acc = "" if r.best_fewshot is None else f"{100 * r.best_fewshot:.1f}%"
-        model = f"{r.model} {r.setting}" if r.setting else r.model
         lines.append(
-            f"{r.grid:<16} {r.cell_id:<10} {model:<16} {r.subset:>8} {r.status:<8} {step:>13} {acc:>7}  {r.note}"
+            f"{r.grid:<16} {r.cell_id:<10} {models[r]:<{w}} {r.subset:>8} {r.status:<8} {step:>13} {acc:>7}  {r.note}"
         )
     counts = {s: sum(r.status == s for r in rows) for s in STATUS_ORDER}
     if shots is None and rows:

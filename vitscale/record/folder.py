@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,9 +54,14 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` through a flushed temporary file and one rename (as JSON above)."""
+    """Write ``text`` through a flushed temporary file and one rename (as JSON above).
+
+    The file gets the mode any other file written here gets (``0o666`` less the umask, as
+    the tar shards beside an ``index.json`` have), not ``mkstemp``'s ``0o600``: these
+    files are for colleagues sharing the folder to read too."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = path.parent / f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)

@@ -56,7 +56,7 @@ class RunResult:
     num_processes: int | None = None
     restarts: int | None = None  # times the run resumed from a checkpoint
     time_s: dict[str, float] = field(default_factory=dict)  # per phase (train.timing.PHASES)
-    skipped_samples: int | None = None  # bad examples replaced (data.skip_bad_samples)
+    skipped_samples: int | None = None  # distinct bad examples replaced (data.skip_bad_samples)
     skipped: list[str] = field(default_factory=list)  # which ones (the first 100)
     published: dict[str, Any] | None = None  # a published start's recipe (vitscale.published)
 

@@ -17,7 +17,7 @@ import torch
 
 from ..config import Config
 from ..data import build_dataset, build_loader, finetune_splits, rank0_downloads_first
-from ..data.registry import finetune_recipe
+from ..data.registry import finetune_sweep
 from ..evals.features import evaluation_sample, run_model
 from ..models import create_model
 from .optim import build_schedule
@@ -205,16 +205,18 @@ def finetune_and_score(
 ) -> float:
     """Choose the learning rate on the held-out slice, retrain on all of train, score test."""
     ft = cfg.eval.finetune
-    paper_steps, paper_lrs = finetune_recipe(dataset)
-    lrs = ft.lrs or list(paper_lrs)
-    kw = dict(root=cfg.data.root, image_size=image_size, download=cfg.data.download, seed=cfg.seed)
+    steps, lrs, _ = finetune_sweep(dataset, steps=ft.steps, lrs=ft.lrs)
+    d = cfg.data
+    kw = dict(
+        root=d.root, image_size=image_size, download=d.download, seed=cfg.seed, holdout=d.holdout
+    )
     with rank0_downloads_first(accelerator, download=cfg.data.download):
         minitrain, val = finetune_splits(dataset, val_fraction=ft.val_fraction, **kw)
     common = dict(
         cfg=cfg,
         accelerator=accelerator,
         image_size=image_size,
-        steps=ft.steps or paper_steps,
+        steps=steps,
         num_workers=num_workers,
         progress=progress,
     )

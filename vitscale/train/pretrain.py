@@ -15,7 +15,7 @@ cell runs"). Read top to bottom: ``train(plan, workdir) -> RunResult`` (also wri
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from ..plan import Plan
 from .finetune import finetune_all
 from .finetune_progress import FinetuneProgress
 from .run import Run, setup
-from .runtime import mfu, peak_flops
+from .runtime import from_every_rank, mfu, peak_flops
 from .signals import Preempted, PreemptionFlag
 
 
@@ -76,10 +76,11 @@ def _train(config: dict | Config | Plan, run_dir: Path, preemption: PreemptionFl
 class _Between:
     """What the loop carries from one sync step to the next, on the device where it can
     stay there: the first step whose loss or gradient was not finite (0: none), and the
-    bad examples this process's loader replaced (sharded sets)."""
+    bad examples this process's loader replaced that the run had not counted yet (sharded
+    sets; an ordered set: one bad example comes back every epoch)."""
 
     first_bad: torch.Tensor
-    skipped: int = 0
+    skipped: dict[str, None] = field(default_factory=dict)
     logged_at: tuple[float, int] = (0.0, 0)  # (time, step) of the last log row
 
 
@@ -130,8 +131,9 @@ def _next_batch(run: Run, between: _Between) -> tuple[torch.Tensor, torch.Tensor
     batch = next(run.batches)
     if run.decoder is not None:  # encoded bytes: decoded and augmented here (data.decode)
         batch = run.decoder(batch)
-    between.skipped += len(batch.skipped)
-    run.progress["skipped"] = (run.progress["skipped"] + list(batch.skipped))[:100]
+    if batch.skipped:
+        known = run.progress["skipped"]
+        between.skipped |= dict.fromkeys(t for t in batch.skipped if t not in known)
     images, targets = batch
     images = images.to(run.device, non_blocking=True)
     targets = targets.to(run.device, non_blocking=True)
@@ -141,11 +143,13 @@ def _next_batch(run: Run, between: _Between) -> tuple[torch.Tensor, torch.Tensor
 
 
 def _check_health(run: Run, between: _Between, loss: torch.Tensor) -> None:
-    """At a sync step every process agrees on the first bad step and on the examples
-    replaced since the last one; either past its limit fails the run."""
-    flags = torch.stack(
-        [between.first_bad.float(), torch.tensor(float(between.skipped), device=run.device)]
-    )
+    """At a sync step every process agrees on the first bad step and on the bad examples
+    replaced so far, each counted once however often the stream comes back to it and
+    whichever processes met it (the union of what each found, exchanged only when one
+    found a new one); a bad step, or more distinct bad examples than allowed, fails the
+    run. The ones found are progress, so a resumed run goes on counting them."""
+    found = torch.tensor(float(len(between.skipped)), device=run.device)
+    flags = torch.stack([between.first_bad.float(), found])
     if run.world > 1:
         flags = run.accelerator.gather(flags).view(run.world, 2)
         bad_steps = flags[:, 0][flags[:, 0] > 0]
@@ -157,14 +161,16 @@ def _check_health(run: Run, between: _Between, loss: torch.Tensor) -> None:
         raise TrainingFailed(
             f"non-finite loss at step {failed_at}: stopped; last good checkpoint kept", failed_at
         )
-    run.progress["skipped_samples"] += replaced
-    between.skipped = 0
-    limit = run.cfg.data.skip_bad_samples
-    if run.progress["skipped_samples"] > limit:
-        latest = (run.progress["skipped"] or ["(on another process)"])[-1]
+    if replaced:
+        found = from_every_rank(run.accelerator, list(between.skipped))
+        merged = dict.fromkeys([*run.progress["skipped"], *(t for f in found for t in f)])
+        run.progress["skipped"] = list(merged)
+        between.skipped = {}
+    limit, skipped = run.cfg.data.skip_bad_samples, run.progress["skipped"]
+    if len(skipped) > limit:
         raise TrainingFailed(
-            f"{run.progress['skipped_samples']} bad examples replaced, more than "
-            f"data.skip_bad_samples={limit}; last good checkpoint kept; latest: {latest}",
+            f"{len(skipped)} distinct bad examples replaced, more than "
+            f"data.skip_bad_samples={limit}; last good checkpoint kept; latest: {skipped[-1]}",
             run.step,
         )
 

@@ -57,8 +57,9 @@ def _fresh_progress() -> dict[str, Any]:
         "elapsed_s": 0.0,
         "restarts": 0,
         "time_s": {},
-        "skipped_samples": 0,  # bad examples replaced (data.skip_bad_samples), all processes
-        "skipped": [],  # which ones, as this process (rank 0) saw them
+        # the distinct bad examples replaced (data.skip_bad_samples) by any process, in
+        # the order found: "<shard>: key '<key>': <reason>"
+        "skipped": [],
     }
 
 
@@ -187,6 +188,8 @@ class Run:
         self.optimizer.load_state_dict(state["optimizer"])
         self.schedule.load_state_dict(state["schedule"])
         self.progress |= state["progress"]
+        # a checkpoint written before issue 31 listed each encounter of a bad example
+        self.progress["skipped"] = list(dict.fromkeys(self.progress["skipped"]))
         tuned = finetune_progress.read(self.run_dir).get("progress")
         if tuned and tuned["restarts"] >= self.progress["restarts"]:  # stopped fine-tuning
             self.progress |= {k: tuned[k] for k in ("elapsed_s", "time_s", "restarts")}
@@ -284,8 +287,8 @@ class Run:
             num_processes=self.world,
             restarts=self.progress["restarts"],
             time_s=dict(self.watch.totals),
-            skipped_samples=self.progress["skipped_samples"],
-            skipped=self.progress["skipped"],
+            skipped_samples=len(self.progress["skipped"]),
+            skipped=self.progress["skipped"][:100],
             published=self.published.as_dict() if self.published else None,
         )
 
@@ -405,6 +408,7 @@ def _pretraining_set(planned: Plan, accelerator) -> tuple[Any, Plan]:
                 class_balanced=d.class_balanced,
                 shuffle_shards=d.shuffle_shards,
                 skip_bad_samples=d.skip_bad_samples,
+                holdout=d.holdout,
             )
     except (DatasetNotFoundError, DatasetFormatError):
         raise

@@ -19,12 +19,13 @@ import datetime as dt
 import functools
 import gc
 import os
-import re
 import socket
 from collections.abc import MutableMapping
 from typing import Any
 
 import torch
+
+from ..flops import peak_flops_of
 
 # Before any process group exists: torch.distributed.nn's functions take
 # ``group=group.WORLD`` as a default argument, evaluated when the module is first imported
@@ -34,20 +35,6 @@ import torch
 # Python tensor aborts the process ("terminate called without an active exception").
 if torch.distributed.is_available():
     import torch.distributed.nn  # noqa: F401  (imported for that side effect)
-
-# Dense bf16 tensor-core peak (no sparsity) per GPU from the vendors' data sheets, FLOP/s,
-# for MFU. First match of the CUDA device name wins, so variants come before their family.
-PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
-    (r"H200 NVL", 835e12),  # H200 NVL: 1,671 TFLOP/s with sparsity
-    (r"H200", 989e12),  # H200 SXM
-    (r"H100 NVL", 835e12),  # H100 NVL: 1,671 TFLOP/s with sparsity
-    (r"H100.*PCIe", 756e12),  # H100 PCIe: 1,513 TFLOP/s with sparsity
-    (r"H100", 989e12),  # H100 SXM ("NVIDIA H100 80GB HBM3")
-    (r"A100", 312e12),  # A100 40/80 GB, SXM and PCIe alike
-    (r"L40S", 362e12),
-    (r"A10G", 70e12),  # AWS's A10G (its own data sheet), not the A10's 125
-    (r"A10\b", 125e12),
-)
 
 # Checkpoint write speed assumed when sizing the process group's timeout: a slow shared
 # file system under load. The timeout never goes below 30 min (gloo's default; NCCL's is
@@ -193,14 +180,6 @@ def peak_flops(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
     return peak_flops_of(torch.cuda.get_device_name(device))
-
-
-def peak_flops_of(device_name: str) -> float | None:
-    """Dense bf16 peak FLOP/s of one GPU from its CUDA name, or None if not in the table."""
-    return next(
-        (v for pattern, v in PEAK_BF16_FLOPS if re.search(pattern, device_name, re.IGNORECASE)),
-        None,
-    )
 
 
 def mfu(images_per_s: float, *, flops_per_image: float, processes: int, peak: float) -> float:

@@ -190,7 +190,7 @@ class ShardStream(PositionStream):
     def _one(self, position: int, example: int, skipped: list[str]) -> tuple:
         """The example at ``position``, or the next good one (counted in ``skipped``):
         ``(image, target)``, or on a device-decoding set ``(bytes, target, shard, key, seed)``."""
-        limit = self.base.skip_bad_samples
+        limit, tries = self.base.skip_bad_samples, 0
         while True:
             seed = derive_key(_AUGMENT, self.seed, position)
             try:
@@ -201,10 +201,13 @@ class ShardStream(PositionStream):
                 if not limit:
                     raise DatasetFormatError(f"{e}; {_SKIP_HINT}") from None
                 skipped.append(f"{e.shard}: key {e.key!r}: {e.reason}")
-                if len(skipped) > limit:
+                # The trainer limits the distinct ones; this only ends a search that finds
+                # no good example: more bad ones in a row than an epoch boundary explains.
+                tries += 1
+                if tries > 2 * limit + 1:
                     raise DatasetFormatError(
-                        f"{self.base.name}: more than data.skip_bad_samples={limit} bad "
-                        f"examples in one batch; last: {e}"
+                        f"{self.base.name}: {tries} bad examples in a row, more than "
+                        f"data.skip_bad_samples={limit} allows; last: {e}"
                     ) from None
                 position += 1
                 example = int(self.order([position])[0])

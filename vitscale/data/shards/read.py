@@ -21,7 +21,7 @@ A sample becomes ``(image, target)`` here:
 Anything wrong with one example (no image, an image that does not decode, no label, a
 label outside the class list) is a :class:`SampleError` naming the shard and the key.
 :func:`scan_shard` is the integrity check ``vitscale data index`` runs on every shard with
-the standard library's ``tarfile`` (headers and labels only; images are not read).
+the standard library's ``tarfile`` (headers and labels; images too with ``--verify``).
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ def decode_pil(data: bytes) -> Tensor:
         with Image.open(io.BytesIO(data)) as im:
             pixels = np.array(im.convert("RGB"))
     except (OSError, SyntaxError, ValueError) as e:  # PIL's UnidentifiedImageError is an OSError
-        raise ValueError(f"cannot decode the image: {e}") from None
+        raise ValueError(f"cannot decode the image: {decode_reason(e)}") from None
     return torch.from_numpy(pixels).permute(2, 0, 1).contiguous()
 
 
@@ -230,13 +230,22 @@ def decode_torchvision(data: bytes) -> Tensor:
             torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=_ImageReadMode.RGB
         )
     except RuntimeError as e:
-        reason = re.sub(r"^.*\.cpp:\d+, ", "", str(e).splitlines()[0])
-        raise ValueError(f"cannot decode the image: {reason}") from None
+        raise ValueError(f"cannot decode the image: {decode_reason(e)}") from None
 
 
 def decode(data: bytes) -> Tensor:
     """Image bytes -> ``(3, H, W)`` uint8 RGB; ValueError with the decoder's reason."""
     return decode_torchvision(data) if _decode_image is not None else decode_pil(data)
+
+
+def decode_reason(error: BaseException) -> str:
+    """Why a decoder (torchvision's or PIL's) refused an image, alone: the first line of its
+    message without torchvision's C++ source location, its advice on AVIF and HEIC (which
+    misleads about a damaged JPEG), and PIL's name of the file (the error names it)."""
+    text = (str(error).splitlines() or [type(error).__name__])[0]
+    text = re.sub(r"^.*\.cpp:\d+, ", "", text)
+    text = re.sub(r"\s*For avif and heic format.*$", "", text)
+    return re.sub(r" (<_io\.\w+ [^>]*>|'[^']*')$", "", text)
 
 
 # --------------------------------------------------------------------------- scanning
@@ -249,19 +258,23 @@ class ShardScan:
     nsamples: int = 0
     filesize: int = 0
     labels: list[list[Any]] = field(default_factory=list)  # raw values per example
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # the first ones
+    unlisted: int = 0  # and how many more
 
 
-def scan_shard(path: Path, *, max_problems: int = 10) -> ShardScan:
+def scan_shard(path: Path, *, verify: bool = False, max_problems: int = 20) -> ShardScan:
     """Count a shard's examples the way the indexed reader groups them, check the tar is
     whole (every member's data inside the file, the end-of-archive blocks present) and
-    that every example has an image and a readable label."""
+    that every example has an image and a readable label; with ``verify``, that its image
+    decodes too (as training decodes it: the whole cost of reading the set once)."""
     _, group_by_key, splitname = _wids()
     scan = ShardScan(filesize=os.stat(path).st_size)
 
     def problem(text: str) -> None:
         if len(scan.problems) < max_problems:
             scan.problems.append(f"shard {path}: {text}")
+        else:
+            scan.unlisted += 1
 
     try:
         with tarfile.open(path, "r:") as tf:
@@ -282,16 +295,22 @@ def scan_shard(path: Path, *, max_problems: int = 10) -> ShardScan:
             named = [m for m in members if "." in os.path.basename(m.name)]
             groups = group_by_key([m.name for m in named])
             for group in groups:
-                sample = {}
+                sample, member = {}, {}
                 key = splitname(named[group[0]].name)[0]
                 for i in group:
                     ext = splitname(named[i].name)[1]
+                    member[ext] = named[i]
                     if ext in LABEL_EXTS:
                         sample[ext] = tf.extractfile(named[i]).read()
                     else:
                         sample[ext] = b""
-                if image_of(sample) is None:
+                if (image := image_of(sample)) is None:
                     problem(f"key {key!r}: no image ({', '.join(IMAGE_EXTS)})")
+                elif verify:
+                    try:
+                        decode(tf.extractfile(member[image[0]]).read())
+                    except ValueError as e:
+                        problem(f"key {key!r}: {e}")
                 try:
                     values = _raw_labels(sample)
                 except (UnicodeDecodeError, json.JSONDecodeError) as e:

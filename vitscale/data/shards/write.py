@@ -9,11 +9,16 @@
 (``train/n01440764/n01440764_10026_JPEG``), so an error at training time points back to
 the file. A shard is written to a hidden temporary file, flushed and renamed; the plan a
 conversion resumes from is ``DEST/.shard-plan.json``, and ``index.json`` is written last.
+
+A source file that does not decode where it must (a format converted, an image resized,
+every image file with ``verify``) is never written: the shard that would hold it is not
+either, and the conversion ends with every such file named.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import multiprocessing
@@ -28,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from ...config.counts import parse_count
+from ...errors import listing
 from ...record.folder import write_text_atomic
 from ..registry import DatasetFormatError, parse_name
 from ..subsets import SeededPermutation
@@ -38,6 +44,7 @@ PLAN_FILE = ".shard-plan.json"
 PLAN_VERSION = 1
 _MTIME = 946684800.0  # fixed member times (2000-01-01): the same input gives the same bytes
 _LARGE_SPLIT = 10**8
+_UNDECODED = "cannot decode the image: "  # what the list of such files need not repeat
 
 
 class ShardingError(ValueError):
@@ -47,15 +54,24 @@ class ShardingError(ValueError):
 # --------------------------------------------------------------------------- sources
 
 
+@dataclass(frozen=True)
+class _Bad:
+    """A source file that does not decode: which, and why (the reason alone)."""
+
+    file: str
+    reason: str
+
+
 @dataclass
 class _Split:
-    """One split of the source as examples ``(key, {ext: bytes})``."""
+    """One split of the source as examples ``(key, {ext: bytes})``, or :class:`_Bad`."""
 
     size: int
-    read: Callable[[list[int]], list[tuple[str, dict[str, bytes]]]]
+    read: Callable[[list[int]], list[tuple[str, dict[str, bytes]] | _Bad]]
     classes: list[str]
     multilabel: bool
     crop: bool
+    copies: bool = False  # image files copied as they are (unless verified)
 
 
 def _png(array: np.ndarray) -> bytes:
@@ -93,6 +109,29 @@ def _shrunk(file: Path, shorter_side: int) -> dict[str, bytes] | None:
     return {".jpg": out.getvalue()}
 
 
+def _image_members(file: Path, *, shorter_side: int | None, verify: bool) -> dict[str, bytes]:
+    """A source file as the shard's image member: resized (``shorter_side``), converted to
+    PNG (a format the reader does not take), or its bytes as they are, decoded first with
+    ``verify``. ValueError with the reason when it does not decode."""
+    from PIL import Image
+
+    from .read import decode, decode_reason
+
+    ext = ".jpg" if file.suffix.lower() == ".jpeg" else file.suffix.lower()
+    try:
+        if shorter_side and (shrunk := _shrunk(file, shorter_side)) is not None:
+            return shrunk
+        if ext not in IMAGE_EXTS:
+            with Image.open(file) as im:
+                return {".png": _png(np.asarray(im.convert("RGB")))}
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        raise ValueError(f"{_UNDECODED}{decode_reason(e)}") from None
+    data = file.read_bytes()
+    if verify:
+        decode(data)
+    return {ext: data}
+
+
 def _open_split(
     src: str,
     split: str,
@@ -101,6 +140,8 @@ def _open_split(
     download: bool,
     image_size: int,
     shorter_side: int | None = None,
+    verify: bool = False,
+    holdout: float | None = None,
 ) -> _Split:
     from ..embedded import EMBEDDED, open_task
     from ..registry import default_root
@@ -126,7 +167,9 @@ def _open_split(
     from ..sources.load import load_source
 
     where = path if path is not None else Path(root).expanduser() if root else default_root(source)
-    ds = load_source(src, source, split, root=where, transform=None, download=download)
+    ds = load_source(
+        src, source, split, root=where, transform=None, download=download, holdout=holdout
+    )
     base = Path(where)
 
     def labels(i: int) -> list[int]:
@@ -155,22 +198,15 @@ def _open_split(
                 rel = file.relative_to(base).as_posix()
             except ValueError:
                 rel = file.name
-            ext = file.suffix.lower()
-            ext = ".jpg" if ext == ".jpeg" else ext
-            shrunk = _shrunk(file, shorter_side) if shorter_side else None
-            if shrunk is not None:
-                image = shrunk
-            elif ext in IMAGE_EXTS:
-                image = {ext: file.read_bytes()}
-            else:
-                from PIL import Image
-
-                with Image.open(file) as im:
-                    image = {".png": _png(np.asarray(im.convert("RGB")))}
+            try:
+                image = _image_members(file, shorter_side=shorter_side, verify=verify)
+            except ValueError as e:
+                out.append(_Bad(str(file), str(e)))
+                continue
             out.append((_key(rel), image | _label_members(labels(i), ds.multilabel)))
         return out
 
-    return _Split(len(ds), read_files, ds.classes, ds.multilabel, crop=True)
+    return _Split(len(ds), read_files, ds.classes, ds.multilabel, crop=True, copies=True)
 
 
 def _shard_name(split: str, j: int) -> str:
@@ -200,31 +236,40 @@ def _check_dest(dest: Path, plan: dict[str, Any]) -> None:
 _WORKER: dict[str, Any] = {}
 
 
-def _write_shard(job: tuple[str, int, list[int], str]) -> tuple[str, int, int]:
-    """Write one shard (in a worker or in-process); returns (split, shard, examples)."""
+def _write_shard(job: tuple[str, int, list[int], str]) -> tuple[int, list[_Bad]]:
+    """Write one shard (in a worker or in-process); returns (examples, bad source files).
+    A shard with a bad file is not written (the same command writes it once it is fixed)."""
     from webdataset import TarWriter
 
     split, j, ids, dest = job
     reader = _WORKER["splits"][split].read
     final = Path(dest) / _shard_name(split, j)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    bad: list[_Bad] = []
     try:
         with open(tmp, "wb") as fh:
             writer = TarWriter(fh, encoder=False, mtime=_MTIME)
             for start in range(0, len(ids), 256):
-                for key, members in reader(ids[start : start + 256]):
+                for example in reader(ids[start : start + 256]):
+                    if isinstance(example, _Bad):
+                        bad.append(example)
+                        continue
+                    key, members = example
                     writer.write(
                         {"__key__": key} | {ext[1:]: data for ext, data in members.items()}
                     )
             writer.close()
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, final)
+        if bad:
+            tmp.unlink()
+        else:
+            os.replace(tmp, final)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    return split, j, len(ids)
+    return len(ids), bad
 
 
 def _init_worker() -> None:
@@ -278,21 +323,26 @@ def _jobs(
     return jobs, done
 
 
-def _write_all(jobs: list, splits: dict[str, _Split], *, workers: int, bar) -> None:
-    """Write the shards in-process or in forked workers, counting examples on ``bar``."""
+def _write_all(jobs: list, splits: dict[str, _Split], *, workers: int, bar) -> list[_Bad]:
+    """Write the shards in-process or in forked workers, counting examples on ``bar``;
+    returns the source files that did not decode."""
     _WORKER["splits"] = splits
+    bad: list[_Bad] = []
     try:
-        if workers == 1 or len(jobs) <= 1:
-            for job in jobs:
-                bar.update(_write_shard(job)[2])
-        else:
-            ctx = multiprocessing.get_context("fork")
-            with ctx.Pool(workers, _init_worker) as pool:
-                for _, _, n in pool.imap_unordered(_write_shard, jobs):
-                    bar.update(n)
+        with contextlib.ExitStack() as stack:
+            if workers == 1 or len(jobs) <= 1:
+                done: Iterable = map(_write_shard, jobs)
+            else:
+                ctx = multiprocessing.get_context("fork")
+                pool = stack.enter_context(ctx.Pool(workers, _init_worker))
+                done = pool.imap_unordered(_write_shard, jobs)
+            for n, found in done:
+                bar.update(n)
+                bad += found
     finally:
         bar.close()
         _WORKER.clear()
+    return sorted(bad, key=lambda b: b.file)
 
 
 def shard_dataset(
@@ -306,6 +356,8 @@ def shard_dataset(
     root: str | None = None,
     download: bool = False,
     workers: int = 1,
+    verify: bool = False,
+    holdout: float | None = None,
     progress: bool = True,
 ) -> Path:
     """Convert every split of ``src`` into WebDataset shards of ``shard_size`` examples
@@ -314,12 +366,24 @@ def shard_dataset(
     ``shorter_side``: image files larger than that are stored resized (shorter side =
     that, JPEG quality 95), which doubles the loader's decode rate at 256 px
     (``benchmarks/RESULTS.md``) at the cost of the crops' detail; default: byte for byte.
+    ``verify``: every image file is decoded before it is copied (a conversion is verified
+    or not throughout: the plan records it). ``holdout``: ``data.holdout`` (a folder set
+    without a test folder).
     """
     from tqdm import tqdm
 
     cap = _checked_cap(shard_size, workers, shorter_side, max_examples)
+    if holdout is not None and not 0 < holdout < 1:
+        raise ShardingError(f"--holdout must be in (0, 1), e.g. 0.2, got {holdout}")
     dest = Path(dest).expanduser()
-    kwargs = dict(root=root, download=download, image_size=image_size, shorter_side=shorter_side)
+    kwargs = dict(
+        root=root,
+        download=download,
+        image_size=image_size,
+        shorter_side=shorter_side,
+        verify=verify,
+        holdout=holdout,
+    )
     splits = {s: _open_split(src, s, **kwargs) for s in ("train", "test")}
     sizes = _sizes(src, splits, cap)
     plan = {
@@ -330,7 +394,7 @@ def shard_dataset(
         "image_size": None if splits["train"].crop else image_size,  # rendered (synthetic)
         "shorter_side": shorter_side,
         "order_seed": SHARD_ORDER_SEED,
-    }
+    } | {k: v for k, v in (("verify", verify), ("holdout", holdout)) if v}  # when given
     _check_dest(dest, plan)
     for stale in dest.glob(".*.tmp-*"):  # a killed run's unfinished shard
         stale.unlink()
@@ -343,7 +407,13 @@ def shard_dataset(
         disable=not progress,
         dynamic_ncols=True,
     )
-    _write_all(jobs, splits, workers=workers, bar=bar)
+    if bad := _write_all(jobs, splits, workers=workers, bar=bar):
+        raise ShardingError(
+            f"{src}: cannot decode {len(bad)} image file(s), listed below; the shards that "
+            "would hold them were not written (the others were): replace the files and run "
+            "the same command again, or remove them and convert into an empty folder\n"
+            + listing([f"{b.file}: {b.reason.removeprefix(_UNDECODED)}" for b in bad])
+        )
     index_splits = {
         s: [
             Shard(
@@ -356,6 +426,12 @@ def shard_dataset(
         for s, size in sizes.items()
     }
     first = splits["train"]
+    if first.copies and not verify:
+        print(
+            "note: image files were copied without decoding them (a damaged one is found when "
+            f"training reads it); `vitscale data index {dest} --verify` decodes every one",
+            file=sys.stderr,
+        )
     return write_index(
         dest,
         classes=first.classes,
@@ -369,10 +445,10 @@ def shard_dataset(
 # --------------------------------------------------------------------------- indexing
 
 
-def _scan(path: str):
+def _scan(path: str, *, verify: bool = False):
     from .read import scan_shard
 
-    return scan_shard(Path(path))
+    return scan_shard(Path(path), verify=verify)
 
 
 def _matches(name: str, pattern: str) -> bool:
@@ -405,10 +481,12 @@ def index_shards(
     test: str = "{test,val}*.tar",
     classes_file: str | Path | None = None,
     workers: int = 1,
+    verify: bool = False,
     progress: bool = True,
 ) -> Path:
     """Scan the ``.tar`` shards in ``folder`` and write its ``index.json``: shards matching
-    ``test`` form the test split, the other ones matching ``train`` the train split."""
+    ``test`` form the test split, the other ones matching ``train`` the train split;
+    ``verify``: every image is decoded too."""
     from tqdm import tqdm
 
     folder = Path(folder).expanduser()
@@ -424,12 +502,13 @@ def index_shards(
     if not any(v == "train" for v in split_of.values()):
         raise ShardingError(f"{folder}: no .tar shard matches the train pattern {train!r}")
     shards = list(split_of)
+    scan = functools.partial(_scan, verify=verify)
     with contextlib.ExitStack() as stack:
         if workers > 1:
             pool = stack.enter_context(multiprocessing.get_context("fork").Pool(workers))
-            scans: Iterable = pool.imap(_scan, [str(folder / n) for n in shards], chunksize=1)
+            scans: Iterable = pool.imap(scan, [str(folder / n) for n in shards], chunksize=1)
         else:
-            scans = map(_scan, [str(folder / n) for n in shards])
+            scans = map(scan, [str(folder / n) for n in shards])
         scans = list(
             tqdm(
                 scans,
@@ -443,11 +522,16 @@ def index_shards(
     empty = [n for n, s in zip(shards, scans, strict=True) if not s.problems and s.nsamples == 0]
     problems += [f"shard {folder / n}: holds no examples" for n in empty]
     if problems:
-        more = f"\n... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        total = len(problems) + sum(s.unlisted for s in scans)
+        undecodable = (
+            " (images that do not decode: rewrite those examples, or index without --verify "
+            "and let data.skip_bad_samples replace them in training)"
+            if verify
+            else ""
+        )
         raise DatasetFormatError(
-            f"{folder}: {len(problems)} problem(s) in the shards; nothing was indexed:\n"
-            + "\n".join(problems[:20])
-            + more
+            f"{folder}: {total} problem(s) in the shards, listed below; nothing was indexed"
+            f"{undecodable}\n" + listing(problems, total=total)
         )
     values = [v for s in scans for labels in s.labels for v in labels]
     if classes_file is not None:

@@ -58,12 +58,9 @@ def required_paths(source: str, split: str) -> list[str]:
 
 def check_layout(name: str, source: str, root: Path) -> None:
     """Raise :class:`DatasetNotFoundError` unless both splits' files are under ``root``
-    (cheap: nothing is opened, so grid validation can call it for ImageNet)."""
+    (cheap: nothing is opened, so grid validation can call it for ImageNet); a folder set
+    without a test folder holds one out of train/."""
     if not root.exists():
         raise missing(name, root, "nothing")
     paths = {p for split in ("train", "test") for p in required_paths(source, split)}
     require(name, root, sorted(paths))
-    if source not in SOURCES or SOURCES[source].sizes:
-        return
-    if not ((root / "test").is_dir() or (root / "val").is_dir()):  # folder sources
-        raise missing(name, root, "no test/ (or val/) folder")

@@ -3,13 +3,22 @@ are read. Each loader turns one official split ("train" or "test") of a source i
 :class:`ImageSource`: torchvision's dataset (or ImageFolder) with the paper transforms,
 plus the labels as one array so subsets and few-shot samples never decode an image. A
 file that is there but unreadable (a broken pickle, MATLAB file or annotation line, labels
-out of range, an image listed but absent or undecodable) is an error naming it. Nothing is
-downloaded unless ``download=True``.
+out of range, an image listed but absent or undecodable) is an error naming it; an image
+that does not decode is named with every other one of its split that does not either.
+Nothing is downloaded unless ``download=True``.
+
+A folder set (``imagefolder:``, ``multilabel:``) without ``test/`` or ``val/`` holds out a
+fixed part of ``train/`` as its test split (``data.holdout``, :func:`held_out`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import os
 import pickle
+import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -18,10 +27,13 @@ import torch
 from PIL import UnidentifiedImageError
 from scipy.io.matlab import MatReadError
 from torch import Tensor
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
 from torchvision import datasets
 
+from ...config.schema import DataConfig
+from ...errors import listing
 from ..registry import LABEL_FILE, SOURCES, DatasetFormatError
+from ..shards.read import decode_reason
 from .layout import CIFAR_CLASSES, PETS_SPLIT, malformed, missing, require, required_paths
 
 Transform = Callable[[object], Tensor]
@@ -37,6 +49,9 @@ _UNREADABLE = (
     AttributeError,
     MatReadError,
 )
+# How long a split's files are decoded, once one did not, to name every other one that
+# does not either (a small set whole; a large one in part, saying how far it got).
+BAD_FILE_SCAN_S = 60.0
 
 
 class ImageSource(Dataset):
@@ -45,7 +60,9 @@ class ImageSource(Dataset):
     ``targets_of(indices)`` returns the (primary) class of examples without loading them.
     Multi-label sources return float multi-hot targets over ``classes``: the image's
     folder class plus its further labels from the label file. ``files[i]``, when the
-    source reads one file per image, names it in the error if the image does not decode.
+    source reads one file per image, names it in the error if the image does not decode,
+    with every other file of ``scanned`` (default ``files``; a held-out split: all of
+    train/) that does not either.
     """
 
     selection = None  # only a sharded set records which examples it selected
@@ -59,6 +76,7 @@ class ImageSource(Dataset):
         classes: list[str],
         extra_labels: list[tuple[int, ...]] | None = None,
         files: Sequence[str | Path] | None = None,
+        scanned: Sequence[str | Path] | None = None,
     ) -> None:
         self.name = name
         self.images = images
@@ -67,6 +85,7 @@ class ImageSource(Dataset):
         self.extra_labels = extra_labels
         self.multilabel = extra_labels is not None
         self.files = files
+        self.scanned = files if scanned is None else scanned
 
     @property
     def num_classes(self) -> int:
@@ -82,11 +101,7 @@ class ImageSource(Dataset):
         try:
             image, label = self.images[index]
         except (UnidentifiedImageError, OSError, SyntaxError) as e:
-            where = self.files[index] if self.files is not None else f"example {index}"
-            raise DatasetFormatError(
-                f"{self.name}: cannot decode image {where}: {e}; the file is damaged or not "
-                "an image (replace it from the original archive, or remove it)"
-            ) from e
+            raise DatasetFormatError(self._undecodable(index, e)) from e
         if not self.multilabel:
             return image, torch.tensor(label, dtype=torch.int64)
         target = torch.zeros(self.num_classes)
@@ -95,6 +110,40 @@ class ImageSource(Dataset):
 
     def __repr__(self) -> str:
         return f"ImageSource({self.name!r}, n={len(self)}, classes={self.num_classes})"
+
+    def _undecodable(self, index: int, error: BaseException) -> str:
+        """The error for an image that does not decode: it and every other file of
+        ``scanned`` that does not either (decoded as the loader does, for at most
+        :data:`BAD_FILE_SCAN_S`), each with the reason alone, so one failed run names
+        them all."""
+        from PIL import Image
+
+        if self.files is None:
+            return f"{self.name}: cannot decode image {index}: {decode_reason(error)}"
+        bad = {str(self.files[index]): decode_reason(error)}
+        deadline, checked = time.monotonic() + BAD_FILE_SCAN_S, 0
+        for file in map(str, self.scanned):
+            if time.monotonic() > deadline:
+                break
+            checked += 1
+            try:
+                if file not in bad:
+                    with Image.open(file) as im:
+                        im.convert("RGB")
+            except (OSError, SyntaxError, ValueError) as e:
+                bad[file] = decode_reason(e)
+        partly = (
+            f" (in the {checked:,} of {len(self.scanned):,} files checked in "
+            f"{BAD_FILE_SCAN_S:.0f} s; `vitscale data shard {self.name} DEST --verify` checks "
+            "them all)"
+            if checked < len(self.scanned)
+            else ""
+        )
+        return (
+            f"{self.name}: cannot decode {len(bad)} image file(s){partly}, listed below; "
+            "replace them from the original archive, or remove them\n"
+            + listing([f"{f}: {reason}" for f, reason in sorted(bad.items())])
+        )
 
 
 def _require_files(name: str, folder: Path, files: Sequence[Path]) -> None:
@@ -287,26 +336,101 @@ def _folder(name: str, root: Path, split_dir: str, transform: Transform) -> data
     return ds
 
 
-def _test_dir(name: str, root: Path) -> str:
-    if name == "imagenet" or not (root / "test").is_dir():
+def _test_dir(name: str, root: Path) -> str | None:
+    """The folder of the test split: ``test/``, else ``val/`` (ImageNet: always ``val/``),
+    else None (held out of ``train/``)."""
+    if name == "imagenet":
         return "val"
-    return "test"
+    return next((d for d in ("test", "val") if (root / d).is_dir()), None)
+
+
+def held_out(
+    files: Sequence[str], labels: np.ndarray, *, train: Path, fraction: float
+) -> np.ndarray:
+    """The sorted indices of the examples a folder set without a test split holds out as
+    one: in each class with 2 or more, ``round(fraction * n)`` of its files (at least 1,
+    at most n - 1: every such class is in both splits), those first in the order of the
+    SHA-256 of their path under ``train`` (the same choice on every machine, whatever
+    order its file system lists them in)."""
+    digest = [
+        hashlib.sha256(Path(f).relative_to(train).as_posix().encode()).digest() for f in files
+    ]
+    order = sorted(range(len(files)), key=lambda i: (labels[i], digest[i]))
+    held: list[int] = []
+    for _, group in itertools.groupby(order, key=labels.__getitem__):
+        rows = list(group)
+        if len(rows) >= 2:
+            held += rows[: min(len(rows) - 1, max(1, round(fraction * len(rows))))]
+    return np.sort(np.asarray(held, dtype=np.int64))
+
+
+_SAID: set[str] = set()  # notes this process has printed
+
+
+def _split(
+    name: str, split: str, root: Path, transform: Transform, holdout: float | None
+) -> tuple[datasets.ImageFolder, str, np.ndarray | None]:
+    """``(the ImageFolder a split reads, its folder, the rows of it that are the split or
+    None for all)``. Without a test folder the held-out part of train/ is said once;
+    ``holdout`` None: data.holdout's default."""
+    test_dir = _test_dir(name, root)
+    if test_dir is not None:
+        split_dir = "train" if split == "train" else test_dir
+        return _folder(name, root, split_dir, transform), split_dir, None
+    ds = _folder(name, root, "train", transform)
+    fraction = DataConfig().holdout if holdout is None else holdout
+    test = held_out(_files(ds), np.asarray(ds.targets), train=root / "train", fraction=fraction)
+    note = (
+        f"note: {name} has no test/ or val/ folder: its test split is {len(test):,} of its "
+        f"{len(ds):,} train/ images (data.holdout: {fraction:g} per class), chosen by a hash "
+        "of each path: the same on every machine"
+    )
+    if note not in _SAID and os.environ.get("RANK", "0") == "0":  # once, by the first process
+        print(note, file=sys.stderr)
+    _SAID.add(note)
+    rows = np.zeros(len(ds), dtype=bool)
+    rows[test] = True
+    return ds, "train", np.flatnonzero(rows if split == "test" else ~rows)
 
 
 def _files(ds: datasets.ImageFolder) -> list[str]:
     return [p for p, _ in ds.samples]
 
 
-def _imagefolder(name: str, split: str, root: Path, transform: Transform) -> ImageSource:
-    ds = _folder(name, root, "train" if split == "train" else _test_dir(name, root), transform)
+def _source(
+    name: str,
+    ds: datasets.ImageFolder,
+    rows: np.ndarray | None,
+    extra: list[tuple[int, ...]] | None = None,
+) -> ImageSource:
+    """An ImageFolder (its ``rows``; None: all) as an :class:`ImageSource`."""
+    classes, files, labels = ds.classes, _files(ds), np.asarray(ds.targets, dtype=np.int64)
+    scanned = files
+    if rows is not None:
+        ds, files, labels = Subset(ds, rows.tolist()), [files[i] for i in rows], labels[rows]
+        extra = None if extra is None else [extra[i] for i in rows]
     return ImageSource(
-        name=name, images=ds, labels=np.asarray(ds.targets), classes=ds.classes, files=_files(ds)
+        name=name,
+        images=ds,
+        labels=labels,
+        classes=classes,
+        extra_labels=extra,
+        files=files,
+        scanned=scanned,
     )
 
 
-def _multilabel(name: str, split: str, root: Path, transform: Transform) -> ImageSource:
-    split_dir = "train" if split == "train" else _test_dir(name, root)
-    ds = _folder(name, root, split_dir, transform)
+def _imagefolder(
+    name: str, split: str, root: Path, transform: Transform, holdout: float | None
+) -> ImageSource:
+    ds, _, rows = _split(name, split, root, transform, holdout)
+    return _source(name, ds, rows)
+
+
+def _multilabel(
+    name: str, split: str, root: Path, transform: Transform, holdout: float | None
+) -> ImageSource:
+    ds, split_dir, rows = _split(name, split, root, transform, holdout)
     label_file = root / LABEL_FILE
     if not label_file.is_file():
         raise missing(name, root, f"no {LABEL_FILE}")
@@ -333,20 +457,21 @@ def _multilabel(name: str, split: str, root: Path, transform: Transform) -> Imag
                 f"{root / 'train'}",
             )
         extra[position[path]] = tuple(ds.class_to_idx[x] for x in names)
-    return ImageSource(
-        name=name,
-        images=ds,
-        labels=np.asarray(ds.targets),
-        classes=ds.classes,
-        extra_labels=extra,
-        files=_files(ds),
-    )
+    return _source(name, ds, rows, extra)
 
 
 def load_source(
-    name: str, source: str, split: str, *, root: Path, transform: Transform, download: bool
+    name: str,
+    source: str,
+    split: str,
+    *,
+    root: Path,
+    transform: Transform,
+    download: bool,
+    holdout: float | None = None,
 ) -> ImageSource:
-    """The official ``split`` ("train" or "test") of a real ``source`` found under ``root``."""
+    """The official ``split`` ("train" or "test") of a real ``source`` found under ``root``;
+    ``holdout``: ``data.holdout`` (a folder set without a test folder)."""
     if download and not SOURCES[source].downloadable:
         raise ValueError(
             f"{name}: cannot be downloaded automatically; {SOURCES[source].how_to_get}"
@@ -363,5 +488,5 @@ def load_source(
     except RuntimeError as e:  # torchvision's own "Dataset not found or corrupted"
         raise missing(source, root, f"torchvision cannot find it ({e})") from e
     if source == "multilabel":
-        return _multilabel(name, split, root, transform)
-    return _imagefolder(name, split, root, transform)
+        return _multilabel(name, split, root, transform, holdout)
+    return _imagefolder(name, split, root, transform, holdout)

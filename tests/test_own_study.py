@@ -1,0 +1,138 @@
+"""A researcher's own study, start to finish, as a newcomer runs it (issue 31): an ImageFolder
+set this test writes (with a corrupt file), a grid of two learning rates and two seeds, the
+failure, the fix, the rerun; every answer read from the real CLI's output and exit code."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import yaml
+from PIL import Image
+
+from vitscale.cli import EXIT_USER_ERROR, main
+
+CLASSES = ("circle", "hstripes", "vstripes", "dot")
+
+
+def _shapes(root: Path, *, per_class: dict[str, int]) -> Path:
+    """Four classes of 32 px JPEGs a tiny ViT tells apart in a few steps, noisy per image."""
+    rng = np.random.default_rng(0)
+    for split, n in per_class.items():
+        for i in range(n * len(CLASSES)):
+            k = i % len(CLASSES)
+            a = np.zeros((32, 32, 3), np.uint8)
+            [a[8:24, 8:24], a[::4], a[:, ::4], a[14:18, 14:18]][k][...] = 230
+            a = np.clip(a + rng.integers(0, 40, a.shape), 0, 255).astype(np.uint8)
+            path = root / split / CLASSES[k] / f"{i:03d}.jpg"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(a).save(path, quality=90)
+    return root
+
+
+def _cli(*args: str, cwd: Path) -> SimpleNamespace:
+    """``vitscale ARGS`` run in ``cwd`` as a user types it (in this process: a subprocess
+    per command only added its torch import), with its exit code, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """The user's folder: their data (one corrupt training image), their grid."""
+    home = tmp_path_factory.mktemp("researcher")
+    data = _shapes(home / "shapes", per_class={"train": 8, "test": 4})
+    (data / "train" / "dot" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    grid = {
+        "name": "mine",
+        "retries": 0,
+        "base": {
+            "data": {"dataset": f"imagefolder:{data}", "image_size": 32},
+            "model": {"name": "ViT-Pico/4"},
+            "train": {"steps": 4, "batch_size": 8, "log_every": 1, "eval_every": 2},
+            "optim": {"warmup_steps": 1},
+            "eval": {
+                "fewshot": {
+                    "datasets": [f"imagefolder:{data}"],
+                    "shots": [1, 5],
+                    "seeds": 1,
+                    "test_examples": 16,
+                },
+                "upstream": {"examples": 16},
+            },
+            "wandb": {"mode": "disabled"},
+        },
+        "axes": {"optim.lr": [1e-3, 3e-3], "seed": [0, 1]},
+    }
+    (home / "grid.yaml").write_text(yaml.safe_dump(grid))
+    return home
+
+
+def test_a_typo_is_said_once_where_it_was_written(study):
+    bad = yaml.safe_load((study / "grid.yaml").read_text())
+    bad["base"]["optim"]["lrr"] = 0.1
+    (study / "typo.yaml").write_text(yaml.safe_dump(bad))
+    done = _cli("grid", "typo.yaml", "--dry-run", "--set", "train.stesp=3", cwd=study)
+    assert done.returncode == EXIT_USER_ERROR and done.stdout == ""
+    lines = done.stderr.removeprefix("error: ").splitlines()
+    assert sorted(lines) == [
+        "--set train.stesp=3: unknown key 'train.stesp'; did you mean train.steps?",
+        "typo.yaml: base: unknown key 'optim.lrr'; did you mean optim.lr?",
+    ]
+
+
+@pytest.fixture(scope="module")
+def ran(study):
+    """The study as the user runs it: the dry-run, a failure on the corrupt file, a rerun
+    that changes nothing, the fix, the rerun that retries the failed cells."""
+    out = {"dry": _cli("grid", "grid.yaml", "--dry-run", cwd=study)}
+    out["failed"] = _cli("grid", "grid.yaml", "--runs", "runs", cwd=study)
+    out["stuck"] = _cli("grid", "grid.yaml", "--runs", "runs", cwd=study)
+    (study / "shapes" / "train" / "dot" / "broken.jpg").unlink()  # the fix
+    out["rerun"] = _cli("grid", "grid.yaml", "--runs", "runs", "--retry-failed", cwd=study)
+    return out
+
+
+def test_the_dry_run_says_the_recipe_it_fills_in_once(ran):
+    assert ran["dry"].returncode == 0, ran["dry"].stderr
+    note = ran["dry"].stderr
+    assert note.count("recipe 'small', chosen for imagefolder:") == 1
+    assert "train.loss=softmax" in note and "optim.warmup_steps" not in note  # user-set
+
+
+def test_failed_cells_exit_non_zero_say_how_to_retry_and_rerun_after_the_fix(ran):
+    failed, stuck, rerun = ran["failed"], ran["stuck"], ran["rerun"]
+    assert failed.returncode == 1 and "broken.jpg" in failed.stdout
+    assert "4 cell(s) failed" in failed.stderr and "--retry-failed" in failed.stderr
+    assert stuck.returncode == 1 and "4 skip-failed" in stuck.stdout  # nothing changed
+    assert "--retry-failed" in stuck.stderr
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "4 cells run, 0 failed" in rerun.stdout
+
+
+def test_status_labels_each_setting_and_shows_the_own_sets_accuracy(study, ran):
+    status = _cli("status", "runs/mine", cwd=study)
+    assert status.returncode == 0
+    rows = [line.split() for line in status.stdout.splitlines() if line.startswith("mine ")]
+    assert sorted((r[2], r[3], r[4], r[5]) for r in rows) == sorted(
+        [("ViT-Pico/4", f"lr={lr}", "all", "done") for lr in ("0.001", "0.003")] * 2
+    )
+    assert all(r[7].endswith("%") for r in rows)  # the own set's 5-shot accuracy, shown
+
+
+def test_two_learning_rates_are_two_settings_of_two_seeds_never_four(study, ran):
+    text = _cli("summary", "runs/mine", cwd=study).stdout
+    assert "2 seed(s) per cell" in text and "4 seed" not in text
+    assert "ViT-Pico/4 lr=0.001" in text and "ViT-Pico/4 lr=0.003" in text
+    assert "shapes 5-shot accuracy" in text  # the folder's name; 5 shots, measured
+    summary = _cli("summary", "runs/mine", "--json", cwd=study)
+    assert json.loads(summary.stdout)["settings"]["differing_keys"] == ["optim.lr"]
+    best = _cli("summary", "runs/mine", "--settings", "best", cwd=study).stdout
+    assert "best of 2 lr settings" in best
