@@ -540,7 +540,7 @@ def test_no_key_no_network_bad_key_one_line_exit_2_nothing_written(
         assert not out and err.count("\n") == 1 and err.startswith("error: "), (argv, err)
         assert expected in err, (argv, err)
         if server == "no key":  # an address the user never typed: said to be wandb's default
-            assert "https://api.wandb.ai (W&B's cloud: wandb's default server" in err, err
+            assert "(W&B's cloud: wandb's default server, as WANDB_BASE_URL is not set)" in err
         assert FAKE_KEY not in err
     # What would be sent needs no key and no network.
     for argv in _commands(path, runs, tmp_path / "out")[:2] + [["wandb", "sync", str(runs)]]:

@@ -59,10 +59,21 @@ def base_url() -> str:
     return (url or DEFAULT_BASE_URL).rstrip("/")
 
 
+def _default_base_url() -> str:
+    """The server wandb itself defaults to (its settings' default; api.wandb.ai in older
+    releases, W&B's CoreWeave address in newer ones)."""
+    try:
+        from wandb.sdk.wandb_settings import Settings
+
+        return str(Settings.model_fields["base_url"].default or DEFAULT_BASE_URL).rstrip("/")
+    except Exception:  # noqa: BLE001 - a wandb without this layout
+        return DEFAULT_BASE_URL
+
+
 def server(url: str) -> str:
     """The server as messages name it; wandb's default one said to be so: a user who never
     set a server is puzzled by an address they never typed."""
-    if url.rstrip("/") == DEFAULT_BASE_URL:
+    if url.rstrip("/") in (DEFAULT_BASE_URL, _default_base_url()):
         return f"{url} (W&B's cloud: wandb's default server, as WANDB_BASE_URL is not set)"
     return url
 
