@@ -10,10 +10,10 @@ RUNS ?= runs
 FIGURES ?= figures
 WORKERS ?= 2
 
-.PHONY: install check test test-latest lock cluster lint format demo demo-slurm demo-report study study-gpu sweep report bench clean
+.PHONY: install check docs test test-latest lock cluster lint format demo demo-slurm demo-report study study-gpu sweep report bench clean
 
 # Installs are locked: requirements.lock pins every package, pip included, to the versions
-# the suite last passed with (CPython 3.11 on x86_64; README, "Installing"). LOCK= resolves
+# the suite last passed with (CPython 3.11 on x86_64; docs/getting-started.md, "Installing"). LOCK= resolves
 # the newest releases pyproject.toml allows instead.
 LOCK ?= requirements.lock
 install: $(STAMP)
@@ -99,10 +99,17 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check vitscale analysis tests benchmarks
 
 # Before the suite (.ci/run): lint, the layers contract (import-linter, pyproject.toml; imports
-# inside functions count), and the analysis tests in an environment without torch.
+# inside functions count), the docs site built strictly, and the analysis tests in an
+# environment without torch.
 check: lint
 	$(VENV)/bin/lint-imports
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $$(mktemp -d)
 	VITSCALE_WITHOUT_TORCH=1 $(PY) -m pytest -p no:cacheprovider -q tests/analysis
+
+# The documentation site (mkdocs.yml: docs/ and the Python API from the docstrings), served at
+# http://127.0.0.1:8000 while you edit; make check builds it with --strict (a broken link fails).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix vitscale analysis tests benchmarks
@@ -139,7 +146,7 @@ endif
 
 demo-report: report
 
-# The study (42 min on 2 cores without bf16 units; README, "The study"): Figs. 4 and 5
+# The study (42 min on 2 cores without bf16 units; docs/studies.md, "The study"): Figs. 4 and 5
 # at toy scale, four subsets, two sizes per family, two seeds, two durations on the
 # largest subset, in both worlds: the glyph world (the local-shape control) and the scenes
 # world (pre-registered: experiments/preregistered/scenes.md; its verdict reads the suite

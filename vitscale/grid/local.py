@@ -8,7 +8,7 @@ evenly between the workers (threads and loader workers: :func:`worker_env`), and
 only its own ``processes`` of them (``CUDA_VISIBLE_DEVICES``), so two cells never share
 ``cuda:0``.
 
-Interrupts and dying workers are handled as README's "What happens when..." table says:
+Interrupts and dying workers are handled as docs/slurm.md's "What happens when..." table says:
 an interrupt stops the running cells gently (SIGTERM: they checkpoint), then at once after
 ``stop_timeout`` or a second one, and raises :class:`Interrupted` (exit code 128 + the
 signal); a worker that dies fails its cell only. Workers live in sessions of their own (a
