@@ -127,7 +127,7 @@ def model_color(model: str, family: str) -> str:
     patch = _patch(model)
     if not patch:
         return family_color(family)
-    t = max(-0.4, min(0.4, 0.2 * (math.log2(patch) - 3)))  # /8 the family colour itself
+    t = max(-0.45, min(0.35, 0.3 * (math.log2(patch) - 4)))  # /16 the family colour itself
     rgb = np.array(to_rgb(family_color(family)))
     rgb = rgb + (1 - rgb) * t if t > 0 else rgb * (1 + t)
     return to_hex(rgb)
