@@ -248,7 +248,14 @@ def figure(
         drawn_fit = any(ln.get_gid() == "fit" for ax in axes for ln in ax.lines)
         reference = any(p.reference is not None for p in panels)
         published = any(c.get_gid() == "published" for ax in axes for c in ax.collections)
-        _legend(fig, *looks, reference=reference, fit=drawn_fit, published=published)
+        lines = {  # a frontier of one point draws no line: no line in the legend either
+            ln.get_label().removesuffix(" frontier")
+            for ax in axes
+            for ln in ax.lines
+            if ln.get_gid() == "frontier" and len(ln.get_xdata()) > 1
+        }
+        colors = {v: c for v, c in looks[0].items() if str(v) in lines}
+        _legend(fig, colors, looks[1], reference=reference, fit=drawn_fit, published=published)
     return fig
 
 

@@ -217,6 +217,17 @@ def test_fig5_from_runs_with_overlay_and_fit(cells):
     assert "paper (Table 6)" in labels
 
 
+def test_fig5_names_a_frontier_only_where_it_draws_one(cells):
+    """One cell per family (the demo's Fig. 5): points, no frontier lines, so the legend
+    names the models and no frontier."""
+    one = cells[(cells["status"] == "done") & (cells["seed"] == 0)]
+    one = one[one["exaflops"] == one.groupby("model")["exaflops"].transform("max")]
+    one = one[one["model"].isin(["ViT-Pico/4", "BiT-R11x0.5"])]
+    fig = fig5.figure([fig5.Panel(one, SHAPES5, "shapes")])
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == ["ViT-Pico/4", "BiT-R11x0.5"]
+
+
 def test_legend_does_not_cover_data(cells):
     for fig in (
         fig5.figure(fig5.paper_panels()),
