@@ -10,19 +10,38 @@ RUNS ?= runs
 FIGURES ?= figures
 WORKERS ?= 2
 
-.PHONY: install check test test-latest lock cluster lint format demo demo-slurm demo-report study study-gpu control sweep report bench clean
+.PHONY: install check docs test test-latest lock cluster lint format demo demo-slurm demo-report study study-gpu control sweep report bench clean
 
 # Installs are locked: requirements.lock pins every package, pip included, to the versions
-# the suite last passed with (CPython 3.11 on x86_64; README, "Installing"). LOCK= resolves
+# the suite last passed with (CPython 3.11 on x86_64; docs/getting-started.md, "Installing"). LOCK= resolves
 # the newest releases pyproject.toml allows instead.
 LOCK ?= requirements.lock
 install: $(STAMP)
 
+# The demo, the study and the figures need the runtime dependencies only (RUNTIME); the
+# suite, lint and the docs need the dev extras too (STAMP, which implies RUNTIME). pip is
+# quiet; one line says what was installed.
+RUNTIME := $(VENV)/.runtime-stamp
+PIP_INSTALL = $(PY) -m pip install -qq --disable-pip-version-check $(if $(LOCK),-c $(LOCK),--upgrade --upgrade-strategy eager)
+define installed
+@echo "make: $(VENV) has $$($(PY) -m pip list --disable-pip-version-check 2>/dev/null | tail -n +3 | wc -l) packages ($(1); $$(du -sh $(VENV) | cut -f1))"
+endef
+
 $(STAMP): pyproject.toml $(LOCK)
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q $(if $(LOCK),-c $(LOCK),--upgrade --upgrade-strategy eager) --upgrade pip
-	$(PY) -m pip install -q $(if $(LOCK),-c $(LOCK),--upgrade --upgrade-strategy eager) -e '.[dev]'
-	touch $(STAMP)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "make: installing vitscale with its dev extras into $(VENV) (pip, quiet)"
+	@$(PIP_INSTALL) --upgrade pip
+	@$(PIP_INSTALL) -e '.[dev]'
+	$(call installed,runtime and dev extras)
+	@touch $(STAMP) $(RUNTIME)
+
+$(RUNTIME): pyproject.toml $(LOCK)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "make: installing vitscale's runtime dependencies into $(VENV) (pip, quiet; make test adds the dev extras)"
+	@$(PIP_INSTALL) --upgrade pip
+	@$(PIP_INSTALL) -e .
+	$(call installed,runtime only)
+	@touch $(RUNTIME)
 
 # The suite against the newest releases pyproject.toml allows, in its own environment
 # (.venv-latest), ignoring the lock and any site-wide pip constraint: a release that breaks
@@ -80,10 +99,17 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check vitscale analysis tests benchmarks
 
 # Before the suite (.ci/run): lint, the layers contract (import-linter, pyproject.toml; imports
-# inside functions count), and the analysis tests in an environment without torch.
+# inside functions count), the docs site built strictly, and the analysis tests in an
+# environment without torch.
 check: lint
 	$(VENV)/bin/lint-imports
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $$(mktemp -d)
 	VITSCALE_WITHOUT_TORCH=1 $(PY) -m pytest -p no:cacheprovider -q tests/analysis
+
+# The documentation site (mkdocs.yml: docs/ and the Python API from the docstrings), served at
+# http://127.0.0.1:8000 while you edit; make check builds it with --strict (a broken link fails).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix vitscale analysis tests benchmarks
@@ -92,7 +118,7 @@ format: $(STAMP)
 # The demo (<= 10 minutes on 2 cores): paper Fig. 4 at toy scale, the smallest and the
 # largest subset with two seeds each, its figures, the paper's, and the measured answer.
 DEMO_GRID ?= experiments/demo.yaml
-demo: $(STAMP)
+demo: $(RUNTIME)
 	$(VENV)/bin/vitscale grid $(DEMO_GRID) --executor local --workers $(WORKERS) --runs $(RUNS)
 	@$(MAKE) --no-print-directory report GRID=demo
 
@@ -101,7 +127,7 @@ demo: $(STAMP)
 # grid with `resources: {default: {nodes: 2}}`), which is brought down again afterwards.
 NODES ?= 1
 TWO_CONF := /etc/slurm/two/slurm.conf
-demo-slurm: $(STAMP)
+demo-slurm: $(RUNTIME)
 ifeq ($(NODES),1)
 	slurm/local-cluster.sh up
 	$(VENV)/bin/vitscale grid $(DEMO_GRID) --executor slurm --profile slurm/profiles/local.yaml --runs $(RUNS) --wait
@@ -120,13 +146,13 @@ endif
 
 demo-report: report
 
-# The study (42 min on 2 cores without bf16 units; README, "The study"): Figs. 4 and 5
+# The study (42 min on 2 cores without bf16 units; docs/studies.md, "The study"): Figs. 4 and 5
 # at toy scale, four subsets, two sizes per family, two seeds, two durations on the
 # largest subset, in both worlds: the glyph world (the local-shape control) and the scenes
 # world (pre-registered: experiments/preregistered/scenes.md; its verdict reads the suite
 # mean, SCENES_METRIC).
 SCENES_METRIC = average(fewshot/scenes-arrangements/5shot, fewshot/scenes-count/5shot, fewshot/scenes-parts/5shot, fewshot/scenes-same/5shot)
-study: $(STAMP)
+study: $(RUNTIME)
 	$(VENV)/bin/vitscale grid experiments/study.yaml --executor local --workers $(WORKERS) --runs $(RUNS)
 	$(VENV)/bin/vitscale grid experiments/scenes_study.yaml --executor local --workers $(WORKERS) --runs $(RUNS)
 	@$(MAKE) --no-print-directory report GRID=study
@@ -136,13 +162,13 @@ study: $(STAMP)
 # fraction of its pixels permuted, pre-registered (experiments/preregistered/permuted.md);
 # `vitscale summary` reads its cells by the registered rules (H0-H3), `vitscale figures`
 # draws Fig. 4 per level and the gap against the fraction moved.
-control: $(STAMP)
+control: $(RUNTIME)
 	$(VENV)/bin/vitscale grid experiments/control.yaml --executor local --workers $(WORKERS) --runs $(RUNS)
 	@$(MAKE) --no-print-directory report GRID=control
 
 # The scenes study at one-GPU scale (experiments/scenes_gpu.yaml, a draft until it is
 # registered): runs where a CUDA device is, else says so and prints its plan.
-study-gpu: $(STAMP)
+study-gpu: $(RUNTIME)
 	@if $(PY) -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then \
 	  $(VENV)/bin/vitscale grid experiments/scenes_gpu.yaml --executor local --workers 1 --runs $(RUNS) && \
 	  $(MAKE) --no-print-directory report GRID=scenes_gpu METRIC="$(SCENES_METRIC)"; \
@@ -152,12 +178,12 @@ study-gpu: $(STAMP)
 	fi
 
 # The tuning sweep that fixed the demo's and the study's hyper-parameters (~20 minutes).
-sweep: $(STAMP)
+sweep: $(RUNTIME)
 	$(VENV)/bin/vitscale grid experiments/study_sweep.yaml --executor local --workers $(WORKERS) --runs $(RUNS)
 	$(VENV)/bin/vitscale status $(RUNS)/study_sweep
 
 GRID ?= demo
-report: $(STAMP)
+report: $(RUNTIME)
 	$(VENV)/bin/vitscale figures $(RUNS)/$(GRID) --out $(FIGURES)/$(GRID) --curves --format png pdf
 	$(VENV)/bin/vitscale figures --paper --out $(FIGURES)/paper
 	@echo

@@ -127,7 +127,7 @@ S_FLOOR = 0.01  # smallest s
 NOISE_WINDOW = 2.0  # e-folds before x_last over which ``noise`` is measured
 MIN_DISTINCT = 4  # distinct x values a curve needs
 # What the central interval at each nominal level covered of the JFT benchmark's held-out
-# points, mean per curve (benchmarks/RESULTS.md, "Held-out rows"; README, "Extrapolating
+# points, mean per curve (benchmarks/RESULTS.md, "Held-out rows"; docs/extrapolation.md, "Extrapolating
 # learning curves"): the interval is too narrow there, and every printed interval says so.
 HELD_OUT_COVERAGE = {0.5: 0.369, 0.8: 0.617, 0.9: 0.723, 0.95: 0.787, 0.99: 0.867}
 _EPS = 1e-12

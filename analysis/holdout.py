@@ -334,7 +334,7 @@ def calibration_note(level: float) -> str:
     else:
         seen = f"a nominal 95% interval covered {100 * HELD_OUT_COVERAGE[0.95]:.0f}%"
     return (
-        f"calibration: on the JFT benchmark's held-out points {seen} (README, \"Extrapolating "
+        f"calibration: on the JFT benchmark's held-out points {seen} (docs/extrapolation.md, \"Extrapolating "
         f'learning curves"): read the {pct} intervals as a lower bound on the uncertainty'
     )
 

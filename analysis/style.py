@@ -10,6 +10,7 @@ server or in CI.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -19,16 +20,23 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.colors import to_hex, to_rgb  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from vitscale.catalog import VIT_SIZES  # noqa: E402
+from vitscale.catalog import VIT_SIZES, list_models, model_columns  # noqa: E402
 
 # Okabe-Ito-like colour-blind palette (seaborn "colorblind").
 PALETTE: list[str] = sns.color_palette("colorblind").as_hex()
 FAMILIES = ("ViT", "ResNet", "Hybrid")  # paper order (Table 6)
-FAMILY_COLORS = dict(zip(FAMILIES, PALETTE[:3], strict=True))
+# One colour per family in every figure (paper Figs. 3-5): ViT blue, ResNet orange, hybrid
+# green; Mixer (the JFT curves) purple; any other family grey.
+FAMILY_COLORS = dict(
+    zip((*FAMILIES, "Mixer"), (PALETTE[0], PALETTE[1], PALETTE[2], PALETTE[4]), strict=True)
+)
+OTHER_COLOR = "#666666"
 # Fig. 4: ViT solid, ResNet dashed; hybrids dash-dotted.
 FAMILY_LINESTYLES = {"ViT": "-", "ResNet": "--", "Hybrid": "-."}
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "p", "h", "<", ">", "d", "8", "H")
@@ -86,10 +94,53 @@ def size_key(size: str) -> tuple:
     return (2, 0, 0.0, size)
 
 
+def _resnet_sizes() -> list[str]:
+    return [model_columns(m)[1] for m in list_models("ResNet")]
+
+
+def size_marker(size: str) -> str:
+    """The marker of a model size, the same in every figure: ViT (and hybrid) sizes in
+    :data:`vitscale.catalog.VIT_SIZES` order, the catalog's ResNet sizes by depth and
+    width (the few past fifteen share a marker with a small demo trunk); another size by
+    its name."""
+    size = str(size)
+    if size in VIT_SIZES:
+        return MARKERS[list(VIT_SIZES).index(size)]
+    resnets = _resnet_sizes()
+    if size in resnets:
+        return MARKERS[resnets.index(size) % len(MARKERS)]
+    return MARKERS[sum(map(ord, size)) % len(MARKERS)]
+
+
 def size_markers(sizes: Iterable[str]) -> dict[str, str]:
-    """One marker per size, assigned in canonical size order (cycled past 15 sizes)."""
-    ordered = sorted(set(sizes), key=size_key)
-    return {s: MARKERS[i % len(MARKERS)] for i, s in enumerate(ordered)}
+    """``{size: marker}`` in canonical size order (:func:`size_marker`)."""
+    return {s: size_marker(s) for s in sorted(set(map(str, sizes)), key=size_key)}
+
+
+def family_color(family: str) -> str:
+    return FAMILY_COLORS.get(str(family), OTHER_COLOR)
+
+
+def model_color(model: str, family: str) -> str:
+    """The family's colour, darker for a smaller patch (more compute), lighter for a larger
+    one: ViT-B/16 and ViT-B/32 differ in shade, never in hue, in every figure."""
+    patch = _patch(model)
+    if not patch:
+        return family_color(family)
+    t = max(-0.45, min(0.35, 0.3 * (math.log2(patch) - 4)))  # /16 the family colour itself
+    rgb = np.array(to_rgb(family_color(family)))
+    rgb = rgb + (1 - rgb) * t if t > 0 else rgb * (1 + t)
+    return to_hex(rgb)
+
+
+def model_look(model: str, family: str, size: str) -> dict:
+    """How one model is drawn everywhere: its family's colour (a shade per patch), the
+    marker of its size, the line style of its family (Fig. 4)."""
+    return dict(
+        color=model_color(model, family),
+        marker=size_marker(size),
+        linestyle=FAMILY_LINESTYLES.get(str(family), ":"),
+    )
 
 
 def model_order(models: Iterable[str], families: dict[str, str], sizes: dict[str, str]) -> list:
@@ -109,13 +160,15 @@ def model_order(models: Iterable[str], families: dict[str, str], sizes: dict[str
 
 
 def _patch(model: str) -> int:
-    tail = model.rsplit("/", 1)[-1]
-    return int(tail) if tail.isdigit() else 0
+    """The number after a model name's slash (its first word: a setting may follow)."""
+    tail = str(model).split(" ", 1)[0].rsplit("/", 1)[-1]
+    return int(tail) if "/" in str(model) and tail.isdigit() else 0
 
 
-def model_colors(models: Sequence[str]) -> dict[str, str]:
-    """One palette colour per model in the given order (cycled past 10 models)."""
-    return {m: PALETTE[i % len(PALETTE)] for i, m in enumerate(models)}
+def value_colors(values: Sequence) -> dict:
+    """One palette colour per value of a column that is not a model or a family (a
+    learning rate, a subset), in the given order (cycled past 10 values)."""
+    return {v: PALETTE[i % len(PALETTE)] for i, v in enumerate(values)}
 
 
 def legend_below(
@@ -129,9 +182,14 @@ def legend_below(
     """A figure legend below the axes, so it never covers data."""
     if not handles:
         return
-    # About 1.4 in per entry keeps the legend within the figure's width.
-    fit = max(2, int(fig.get_figwidth() // 1.4))
+    # About 1.4 in per entry (more for long labels: ~0.075 in a character, the handle and
+    # the gap ~0.4 in) keeps the legend within the figure's width.
+    entry = max(1.4, 0.075 * (max(map(len, labels)) + 5))
+    fit = max(2, int(fig.get_figwidth() // entry))
     ncols = min(len(handles), fit if ncols is None else min(ncols, fit))
+    rows = -(-len(handles) // ncols)
+    if rows > 2:  # a taller figure, not shorter axes (~0.17 in a row of the legend)
+        fig.set_figheight(fig.get_figheight() + 0.17 * (rows - 2))
     fig.legend(
         handles, labels, loc="outside lower center", ncols=ncols, handlelength=2.2, title=title
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -226,6 +227,23 @@ def test_local_workers_run_on_their_own_gpus(finished_grid):
     assert seen == {"7", "9"}
 
 
+def test_a_local_run_says_what_it_will_do_and_counts_steps(finished_grid, tmp_path, capsys):
+    """Its first line: the cells to run, their steps, those done, and the time this
+    machine's finished cells of the same model say it takes; the bar counts steps, and
+    cells beside them."""
+    path, runs = finished_grid
+    shutil.copytree(runs, tmp_path / "runs")
+    _, second = load_grid(path).cells
+    shutil.rmtree(tmp_path / "runs" / "tiny" / second.id)
+    assert main(["grid", str(path), "--executor", "local", "--runs", str(tmp_path / "runs")]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == (
+        "1 cell to run (4 steps, 1 at a time), 1 done; ~1 min on this machine "
+        "(its finished cells' step times)"
+    )
+    assert "1/1 cells" in err and "4/4 [" in err and ("step/s" in err or "s/step" in err)
+
+
 def test_local_executor_runs_every_cell_once(finished_grid, capsys):
     path, runs = finished_grid
     cells = load_grid(path).cells
@@ -235,7 +253,7 @@ def test_local_executor_runs_every_cell_once(finished_grid, capsys):
         assert (runs / "tiny" / cell.id / "log.txt").is_file()
     # Resubmitting runs nothing: every cell is done.
     assert main(["grid", str(path), "--executor", "local", "--runs", str(runs)]) == 0
-    assert "2 skip-done" in capsys.readouterr().out
+    assert capsys.readouterr().out.splitlines()[0] == "0 cells to run, 2 done"
     assert main(["grid", str(path), "--dry-run", "--json", "--runs", str(runs)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {c["action"] for c in out["cells"]} == {"skip-done"} and out["total"]["to_run"] == 0

@@ -1,4 +1,5 @@
-"""Every command in README.md runs, in a sandbox, against a reduced demo.
+"""Every command in README.md and the documentation's pages (docs/*.md) runs, in a
+sandbox, against a reduced demo.
 
 The README's `vitscale` lines are taken as written and changed only where a test must:
 run folders and figure folders go to a temporary directory, `runs/<grid>` of a grid that
@@ -22,7 +23,10 @@ from vitscale.cli import build_parser, main
 from vitscale.grid.spec import load_grid
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
+FRONT = (ROOT / "README.md").read_text()
+# The README is the front page; the rest of what it said is in the docs site's pages.
+PAGES = sorted((ROOT / "docs").glob("*.md"))
+README = "\n".join([FRONT, *(p.read_text() for p in PAGES)])
 # The demo grid in a reduced form: the same cells' shape, seconds each.
 REDUCED = [
     "--set", "train.steps=2", "--set", "optim.warmup_steps=1", "--set", "train.eval_every=1",
@@ -42,7 +46,7 @@ VITSCALE = _commands("vitscale ")
 
 
 def test_readme_starts_with_the_two_commands():
-    first = re.search(r"```bash\n(.*?)```", README, flags=re.S).group(1).splitlines()
+    first = re.search(r"```bash\n(.*?)```", FRONT, flags=re.S).group(1).splitlines()
     assert [line.split("#")[0].strip() for line in first] == ["make demo", "make test"]
     targets = re.findall(r"^([a-z-]+):", (ROOT / "Makefile").read_text(), flags=re.M)
     for line in _commands("make "):

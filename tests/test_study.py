@@ -1,6 +1,6 @@
 """The study grids (`make study`: both worlds), reduced, end to end: grid file -> local
 executor -> run folders -> `vitscale summary --json`. Their structure is checked, not
-their verdicts (a few steps decide nothing; the measured verdicts are in README, "The
+their verdicts (a few steps decide nothing; the measured verdicts are in docs/studies.md, "The
 study")."""
 
 from __future__ import annotations

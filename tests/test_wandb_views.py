@@ -36,7 +36,14 @@ from vitscale.record.cells import load_history, load_runs
 from vitscale.record.wandb_runs import load_wandb_offline
 from vitscale.wandb_views import keys as K
 from vitscale.wandb_views import remote
-from vitscale.wandb_views.report import TABLE_KEY, VERDICT_KEY, build_assets, log_assets
+from vitscale.wandb_views.report import (
+    TABLE_KEY,
+    VERDICT_KEY,
+    build_assets,
+    build_report,
+    log_assets,
+    report_summary,
+)
 from vitscale.wandb_views.study import from_runs, load_study
 from vitscale.wandb_views.sync import SYNCED_SUFFIX, find_offline_runs
 from vitscale.wandb_views.workspace import build_workspace, workspace_spec
@@ -197,7 +204,8 @@ def _assert_logged_by_every_run(keys: K.SpecKeys, logged: dict) -> None:
 
 def test_workspace_panels_name_only_logged_keys(grid, logged, capsys):
     _, runs = grid
-    assert main(["wandb", "dashboard", str(runs), "-e", "me", "-p", "vitscale", "--dry-run"]) == 0
+    argv = ["wandb", "dashboard", str(runs), "-e", "me", "-p", "vitscale", "--dry-run"]
+    assert main([*argv, "--json"]) == 0
     spec = json.loads(capsys.readouterr().out)
     keys = K.spec_keys(spec)
     assert keys.history
@@ -276,6 +284,27 @@ def test_tracker_logs_what_the_run_table_shows(grid, logged):
         assert run["name"] == f"{cell.model} {cell.subset} {cell.cell_id}"
 
 
+def test_dry_runs_say_what_they_hold_on_one_screen(grid, assets, capsys):
+    """Without --json, a dry run names the view's sections with their panels and the runs
+    (the report's: its sections, the verdict, its cells), not 15 KB of JSON."""
+    path, runs = grid
+    assert main(["wandb", "dashboard", str(path), "-e", "me", "-p", "vitscale", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    workspace = build_workspace(load_study(path), entity="me", project="vitscale")
+    assert lines[0].startswith(f"workspace 'vitscale: {GRID}' in me/vitscale: 4 runs of W&B group")
+    for section in workspace.sections:
+        assert f"  {section.name} ({len(section.panels)} panels)" in lines
+        assert all(f"    {p.title}" in lines for p in section.panels[:6])
+    assert lines[-1] == "dry run: nothing sent (--json: the full spec)"
+    assert len(lines) <= 40
+    report = build_report(from_runs([runs]), assets, entity="me", project="vitscale")
+    text = report_summary(report, assets)
+    assert text[0].startswith(f"report 'vitscale: {GRID}' in me/vitscale: 4 of 4 cells finished")
+    assert "  The measured answer" in text and "  Figures" in text
+    assert all(f"    {line}" in text for line in assets.verdict)
+    assert len(text) <= 40
+
+
 def test_the_same_workspace_from_the_grid_file_and_from_its_runs(grid):
     path, runs = grid
     a = workspace_spec(build_workspace(load_study(path), entity="me", project="vitscale"))
@@ -307,7 +336,7 @@ def _table6(runs: Path) -> str:
 
 def test_report_from_the_finished_grid(grid, logged, assets, tmp_path, capsys):
     path, runs = grid
-    argv = ["wandb", "report", str(runs), "-e", "me", "-p", "vitscale", "--dry-run"]
+    argv = ["wandb", "report", str(runs), "-e", "me", "-p", "vitscale", "--dry-run", "--json"]
     argv += ["--grid-file", str(path), "--out", str(tmp_path / "report")]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
@@ -345,7 +374,7 @@ def test_report_of_a_partly_finished_grid(grid, tmp_path, capsys):
     shutil.copytree(runs, copy, ignore=shutil.ignore_patterns("checkpoints", "wandb"))
     running = sorted(copy.iterdir())[0]
     (running / rf.RESULT).unlink()  # a cell still running: config and metrics, no result
-    argv = ["wandb", "report", str(copy), "-e", "me", "-p", "vitscale", "--dry-run"]
+    argv = ["wandb", "report", str(copy), "-e", "me", "-p", "vitscale", "--dry-run", "--json"]
     assert main([*argv, "--out", str(tmp_path / "figs")]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["assets"]["cells"] == {"total": 4, "done": 3}
@@ -510,6 +539,8 @@ def test_no_key_no_network_bad_key_one_line_exit_2_nothing_written(
         out, err = capsys.readouterr()
         assert not out and err.count("\n") == 1 and err.startswith("error: "), (argv, err)
         assert expected in err, (argv, err)
+        if server == "no key":  # an address the user never typed: said to be wandb's default
+            assert "(W&B's cloud: wandb's default server, as WANDB_BASE_URL is not set)" in err
         assert FAKE_KEY not in err
     # What would be sent needs no key and no network.
     for argv in _commands(path, runs, tmp_path / "out")[:2] + [["wandb", "sync", str(runs)]]:

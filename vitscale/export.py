@@ -1,4 +1,4 @@
-"""``vitscale export RUN_DIR`` (README, "Published checkpoints"): a cell's weights as the
+"""``vitscale export RUN_DIR`` (docs/full-scale.md, "Published checkpoints"): a cell's weights as the
 model folder timm's ``local-dir:`` source reads: timm's ``config.json`` (architecture,
 ``model_args`` that rebuild our exact shape, input size and [-1, 1] normalisation, plus a
 ``vitscale`` section: model name, resolution, pool, cell id, step) and the weights in

@@ -8,13 +8,17 @@ import numbers
 from collections.abc import Sequence
 
 import pandas as pd
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+from matplotlib.font_manager import FontProperties
+from matplotlib.textpath import TextToPath
+from matplotlib.ticker import FuncFormatter, Locator, NullFormatter
 
 from vitscale.record import STATUS_DONE
 from vitscale.record.cells import metric_columns
 
 from .. import style
 from . import AGGREGATES
+
+_TEXT = TextToPath()
 
 
 def require(frame: pd.DataFrame, columns: Sequence[str]) -> None:
@@ -78,24 +82,28 @@ def label(value) -> str:
 def line_styles(frame: pd.DataFrame, hue: str) -> dict:
     """``{value: dict(label, color, linestyle, marker)}`` in display order.
 
-    By model: a colour per model, the line style of its family (ViT solid, ResNet dashed,
-    hybrid dash-dotted, as in Fig. 4) and a marker per model size. By anything else: a
-    colour and a marker per value, solid lines.
+    By model: :func:`analysis.style.model_look` (the family's colour, a shade per patch,
+    the family's line style, the size's marker), the same in every figure; a model that
+    would look like one already drawn (the same model under another setting) gets hollow
+    markers, then a dotted line. By anything else: a colour and a marker per value, solid
+    lines.
     """
     values = hue_order(frame, hue)
-    colors = style.model_colors(values)
     if hue == "model":
         first = frame.drop_duplicates("model").set_index("model")
-        markers = style.size_markers(first["size"].astype(str))
-        return {
-            m: dict(
-                label=str(m),
-                color=colors[m],
-                linestyle=style.FAMILY_LINESTYLES.get(first.at[m, "family"], ":"),
-                marker=markers[str(first.at[m, "size"])],
+        looks: dict = {}
+        for m in values:
+            look = style.model_look(m, first.at[m, "family"], first.at[m, "size"])
+            same = sum(
+                (v["color"], v["marker"]) == (look["color"], look["marker"]) for v in looks.values()
             )
-            for m in values
-        }
+            if same:
+                look["markerfacecolor"] = "white"
+            if same > 1:
+                look["linestyle"] = ":"
+            looks[m] = dict(label=str(m), **look)
+        return looks
+    colors = style.value_colors(values)
     return {
         v: dict(
             label=label(v),
@@ -107,48 +115,100 @@ def line_styles(frame: pd.DataFrame, hue: str) -> dict:
     }
 
 
-# Tick multipliers tried in order on a short log axis: the first that gives at least two
-# labels in the data's range, spaced as below, wins (1-2-5, then finer).
-_SHORT_LOG_SUBS = ((1, 2, 5), (1, 2, 3, 5), (1, 2, 4, 6, 8), (1, 2, 3, 4, 5, 6, 7, 8, 9))
-_SHORT_LOG_GAP = 1 / 3.2  # neighbouring labels at least this share of the axis apart
+# Tick values tried on a log axis, densest first: multipliers of each power of ten (one
+# multiplier other than 1 where a single power of ten falls in the range), then every n-th
+# power of ten. The densest set whose labels do not touch (and that has at most
+# _MAX_LABELS of them) wins; at least two labels when any set gives two.
+_LOG_SUBS = (
+    (1, 2, 3, 4, 5, 6, 7, 8, 9),
+    (1, 2, 4, 6, 8),
+    (1, 2, 3, 5),
+    (1, 2, 5),
+    (1, 3),
+    (1,),
+    (3,),
+    (2,),
+    (5,),
+)
+_DECADE_STEPS = (2, 3, 4, 5, 10, 20, 50)
+_MAX_LABELS = 6
+
+
+class RoundLogLocator(Locator):
+    """Major ticks of a log axis at round values (1, 2, 5 x 10^k, ..., every n-th power of
+    ten), chosen when the axis is drawn from its limits, its length and its labels' font:
+    neighbouring labels never touch, whatever the span (matplotlib's own locator labels
+    minor ticks on an axis of one to two decades, and "2x10^3 3x10^3 4x10^3" run
+    together)."""
+
+    def __call__(self):
+        lo, hi = self.axis.get_view_interval()
+        return self.tick_values(lo, hi)
+
+    def tick_values(self, vmin, vmax):
+        lo, hi = sorted((vmin, vmax))
+        if not (lo > 0 and math.isfinite(hi)):
+            return []
+        axes = self.axis.axes
+        box = axes.get_window_extent()
+        vertical = self.axis.axis_name == "y"
+        length = (box.height if vertical else box.width) * 72 / axes.figure.dpi
+        size = self.axis.majorTicks[0].label1.get_fontsize()
+        return round_log_ticks(lo, hi, length=length, fontsize=size, vertical=vertical)
+
+
+def _candidates(lo: float, hi: float):
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    for subs in _LOG_SUBS:
+        yield [s * 10.0**e for e in range(first, last + 1) for s in subs]
+    for step in _DECADE_STEPS:
+        yield [10.0**e for e in range(first, last + 1) if e % step == 0]
+
+
+def round_log_ticks(
+    lo: float, hi: float, *, length: float, fontsize: float, vertical: bool = False
+) -> list[float]:
+    """Round tick values in ``[lo, hi]`` for a log axis ``length`` points long whose
+    labels (:func:`power_of_ten`, ``fontsize`` points) keep a third of a character
+    between them."""
+    span = math.log10(hi / lo) or 1.0
+    font = FontProperties(size=fontsize)
+
+    def extent(value: float) -> float:
+        if vertical:
+            return 1.2 * fontsize
+        return _TEXT.get_text_width_height_descent(power_of_ten(value), font, ismath=True)[0]
+
+    fallback: list[float] = []
+    for values in _candidates(lo, hi):
+        ticks = [v for v in values if lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9)]
+        if len(ticks) > _MAX_LABELS:
+            continue
+        at = [math.log10(v / lo) / span * length for v in ticks]
+        apart = all(
+            b - a >= (extent(u) + extent(w)) / 2 + fontsize / 3
+            for a, b, u, w in zip(at, at[1:], ticks, ticks[1:], strict=False)
+        )
+        if apart and len(ticks) >= 2:
+            return ticks
+        if apart and ticks and not fallback:
+            fallback = ticks
+    return fallback
 
 
 def log_x(ax, values) -> None:
-    """A log x axis for positive ``values``. Spanning less than ~1.5 decades, it is labelled
-    at a few round values inside the data's range (1, 2 and 5 times each power of ten when
-    two of them fall there, else finer multipliers) spaced so that their labels do not
-    touch on a narrow panel: matplotlib's own locator labels every integer multiple on a
-    short axis and the labels run together."""
+    """A log x axis for positive ``values``, labelled at round values whose labels never
+    touch (:class:`RoundLogLocator`); minor ticks unlabelled."""
     values = pd.Series(values, dtype=float).dropna()
     if values.empty or (values <= 0).any():
         return
     ax.set_xscale("log")
-    lo, hi = values.min(), values.max()
-    if hi / lo < 30:
-        ax.xaxis.set_major_locator(FixedLocator(short_log_ticks(lo, hi)))
-        ax.xaxis.set_major_formatter(FuncFormatter(_power_of_ten))
-        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_major_locator(RoundLogLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(power_of_ten))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-def short_log_ticks(lo: float, hi: float) -> list[float]:
-    """Round tick values for a log axis over ``[lo, hi]`` (a span under ~1.5 decades), at
-    least :data:`_SHORT_LOG_GAP` of the span apart (so at most four)."""
-    pad = (hi / lo) ** 0.05  # a label just outside the data still sits inside the margins
-    gap = _SHORT_LOG_GAP * math.log10(hi * pad / (lo / pad))
-    decades = range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
-    ticks: list[float] = []
-    for subs in _SHORT_LOG_SUBS:
-        ticks = []
-        for value in sorted(s * 10.0**e for e in decades for s in subs):
-            inside = lo / pad <= value <= hi * pad
-            if inside and (not ticks or math.log10(value / ticks[-1]) >= gap - 1e-9):
-                ticks.append(value)
-        if len(ticks) >= 2:
-            break
-    return ticks
-
-
-def _power_of_ten(value: float, _pos=None) -> str:
+def power_of_ten(value: float, _pos=None) -> str:
     """2e4 -> 2x10^4, 1e5 -> 10^5 (mathtext), as matplotlib labels whole decades."""
     exponent = math.floor(math.log10(value) + 1e-9)
     coef = round(value / 10**exponent, 6)

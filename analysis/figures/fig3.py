@@ -26,6 +26,7 @@ from ._data import aggregate, check_agg, finished, line_styles
 
 IMAGENET = finetune_key("imagenet")
 BAND_LABEL = "BiT ResNets (range)"
+BAND_COLOR = style.family_color("ResNet")  # the ResNet colour of every figure
 _BAND_HALF_WIDTH = 0.3  # a band at a single dataset is drawn this wide either side
 
 
@@ -63,7 +64,7 @@ def plot(ax, frame: pd.DataFrame, *, metric: str = IMAGENET, agg: str = "mean") 
         if len(xs) == 1:
             xs = np.array([xs[0] - _BAND_HALF_WIDTH, xs[0] + _BAND_HALF_WIDTH])
             lo, hi = np.repeat(lo, 2), np.repeat(hi, 2)
-        ax.fill_between(xs, lo, hi, color="0.6", alpha=0.35, lw=0, zorder=1, gid="band")
+        ax.fill_between(xs, lo, hi, color=BAND_COLOR, alpha=0.3, lw=0, zorder=1, gid="band")
 
     models = data[data["family"] != "ResNet"]
     points = aggregate(models, ["model", "pretrain_dataset"], metric, agg)
@@ -86,7 +87,7 @@ def figure(frame: pd.DataFrame, *, metric: str = IMAGENET, agg: str = "mean"):
         plot(ax, frame, metric=metric, agg=agg)
         handles, labels = ax.get_legend_handles_labels()
         if any(c.get_gid() == "band" for c in ax.collections):
-            handles.append(Patch(color="0.6", alpha=0.35, lw=0))
+            handles.append(Patch(color=BAND_COLOR, alpha=0.3, lw=0))
             labels.append(BAND_LABEL)
         style.legend_below(fig, handles, labels)
     return fig

@@ -1,8 +1,10 @@
 """Fig. 5, "Performance versus pre-training compute" (docs/protocol.md, "The figures"); the
 paper's points are its Table 6 (:func:`paper_panels`).
 
-Each panel draws every finished cell as a point (colour = family or another ``hue``
-column, marker = model size), the Pareto frontier of each colour group
+Each panel draws each model's mean over its seeds at each compute as a point (colour = the
+family, a shade per patch, or another ``hue`` column; marker = model size: the looks of
+every figure, :func:`analysis.style.model_look`) with the seeds' range as a bar, as Fig. 4
+does, the Pareto frontier of those means for each colour group as a line
 (:mod:`analysis.frontier`) and, with ``fit``, the saturating power law of Zhai et al.
 2021 fitted to that frontier with its bootstrap band (:mod:`analysis.scaling`). A
 panel's ``reference`` frame (the paper's Table 6, for a metric the paper measured under
@@ -30,6 +32,7 @@ from ..frontier import pareto_frontier
 from ._data import finished, hue_order, log_x, two_lines
 
 X = "exaflops"
+SEED_RANGE = "seed-range"  # gid of the error bars' artists
 PAPER_PANELS = ((paper.AVERAGE_5, "Average-5"), (finetune_key("imagenet"), "ImageNet"))
 REFERENCE_LABEL = "paper (Table 6)"
 PUBLISHED_LABEL = "published checkpoint"
@@ -63,39 +66,71 @@ def _colors(values: Sequence, hue: str) -> dict:
     """Families in their fixed colours (:data:`analysis.style.FAMILY_COLORS`), other
     values in palette order."""
     if hue == "family":
-        spare = iter(c for c in style.PALETTE if c not in style.FAMILY_COLORS.values())
-        return {v: style.FAMILY_COLORS.get(v) or next(spare, "0.4") for v in values}
-    return style.model_colors(list(values))
+        return {v: style.family_color(v) for v in values}
+    return style.value_colors(list(values))
 
 
-def _looks(panels: Sequence[Panel], hue: str) -> tuple[dict, dict[str, str]]:
-    """``({hue value: colour}, {size: marker})`` over every panel and reference, so a
-    family or a size looks the same in all panels."""
+def _looks(panels: Sequence[Panel], hue: str) -> tuple[dict, dict[str, dict]]:
+    """``({hue value: colour}, {model: its look})`` over every panel (the reference's
+    models are drawn hollow, without a legend entry of their own), so a family or a model
+    looks the same in all panels and in every other figure."""
     colors: dict = {}
-    sizes: list[str] = []
-    frames = [(p.frame, _hue(p.frame, hue)) for p in panels]
-    frames += [(p.reference, "family") for p in panels if p.reference is not None]
-    for frame, h in frames:
-        done = finished(frame, [h, "size"])
+    models: dict[str, dict] = {}
+    for p in panels:
+        h = _hue(p.frame, hue)
+        done = finished(p.frame, [h, "size", "model"])
         for value, color in _colors(hue_order(done, h), h).items():
             colors.setdefault(value, color)
-        sizes += list(done["size"].astype(str))
-    return colors, style.size_markers(sizes)
+        first = done.drop_duplicates("model").set_index("model")
+        for m in hue_order(done, "model"):
+            look = style.model_look(m, first.at[m, "family"], first.at[m, "size"])
+            if h != "family":  # coloured by another column: the marker alone is the model's
+                look["color"] = "0.3"
+            models.setdefault(m, look)
+    return colors, models
 
 
-def _points(ax, data, metric, hue, colors, markers, *, gid, hollow=False, ringed=False) -> None:
-    for (value, size), group in data.groupby([hue, "size"], sort=False):
-        color = colors.get(value, "0.4")
+def _means(data: pd.DataFrame, metric: str, keys: list[str]) -> pd.DataFrame:
+    """One row per model and compute (its seeds): the mean, with their lowest and highest."""
+    grouped = data.groupby(keys, sort=False, dropna=False)[metric]
+    return grouped.agg(["mean", "min", "max"]).rename(columns={"mean": metric}).reset_index()
+
+
+def _points(ax, data, metric, hue, colors, models, *, gid, hollow=False, ringed=False) -> None:
+    """Seed means as points (a model's look; coloured by ``hue`` unless it is the family),
+    the seeds' range as a bar where there are several."""
+    means = _means(data, metric, list(dict.fromkeys([hue, "model", "family", "size", X])))
+    for model in hue_order(means, "model"):
+        group = means[means["model"] == model]
+        look = models.get(model) or style.model_look(
+            model, group["family"].iloc[0], group["size"].iloc[0]
+        )
+        color = look["color"] if hue == "family" else colors.get(group[hue].iloc[0], "0.4")
+        y = group[metric].to_numpy()
+        spread = [y - group["min"].to_numpy(), group["max"].to_numpy() - y]
+        if (spread[0] + spread[1]).max() > 0:
+            bar = ax.errorbar(
+                group[X].to_numpy(),
+                y,
+                yerr=spread,
+                fmt="none",
+                ecolor=color,
+                lw=0.8,
+                capsize=1.5,
+                zorder=2,
+            )
+            for artist in (*bar.lines[1], *bar.lines[2]):
+                artist.set_gid(SEED_RANGE)
         ax.scatter(
             group[X],
-            group[metric],
-            marker=markers[str(size)],
-            s=18 if hollow else 26 if ringed else 14,
+            y,
+            marker=look["marker"],
+            s=18 if hollow else 26 if ringed else 16,
             facecolors="none" if hollow else color,
             edgecolors="black" if ringed else color,
             linewidths=0.8 if hollow or ringed else 0.4,
             zorder=2 if hollow else 5 if ringed else 3,
-            label=f"{value} {size}" + (" (published)" if ringed else ""),
+            label=str(model) + (" (published)" if ringed else ""),
             gid=gid,
         )
 
@@ -114,27 +149,29 @@ def plot(
     hue: str = "family",
     fit: bool = False,
     bootstrap: int = 200,
-    looks: tuple[dict, dict[str, str]] | None = None,
+    looks: tuple[dict, dict[str, dict]] | None = None,
 ) -> None:
-    """Draw one panel: points, a frontier per ``hue`` group, optionally the fitted law.
+    """Draw one panel: seed means (with their range), the frontier of the means per
+    ``hue`` group as a line, optionally the fitted law.
 
     ``looks`` (colours and markers, from :func:`figure`) keeps them the same across
     panels; by default they are this panel's own.
     """
-    colors, markers = looks or _looks([panel], hue)
+    colors, models = looks or _looks([panel], hue)
     hue = _hue(panel.frame, hue)
     metric = panel.metric
-    every = finished(panel.frame, [X, metric, hue, "size"])
+    every = finished(panel.frame, [X, metric, hue, "size", "model"])
     published = _published(every)
     data = every[~published]
     if panel.reference is not None:
-        ref = finished(panel.reference, [X, metric, "family", "size"])
-        _points(ax, ref, metric, "family", colors, markers, gid="reference", hollow=True)
-    _points(ax, data, metric, hue, colors, markers, gid="points")
-    _points(ax, every[published], metric, hue, colors, markers, gid="published", ringed=True)
+        ref = finished(panel.reference, [X, metric, "family", "size", "model"])
+        _points(ax, ref, metric, "family", colors, models, gid="reference", hollow=True)
+    _points(ax, data, metric, hue, colors, models, gid="points")
+    _points(ax, every[published], metric, hue, colors, models, gid="published", ringed=True)
     for value in hue_order(data, hue):
         group = data[data[hue] == value]
-        front = group.iloc[pareto_frontier(group[X].to_numpy(float), group[metric])]
+        means = _means(group, metric, ["model", X])
+        front = means.iloc[pareto_frontier(means[X].to_numpy(float), means[metric])]
         ax.plot(
             front[X].to_numpy(),
             front[metric].to_numpy(),
@@ -164,14 +201,16 @@ def _fit(ax, group: pd.DataFrame, metric: str, color: str, bootstrap: int) -> No
 
 
 def _legend(
-    fig, colors: dict, markers: dict[str, str], *, reference: bool, fit: bool, published: bool
+    fig, colors: dict, models: dict[str, dict], *, reference: bool, fit: bool, published: bool
 ) -> None:
-    """Colours (drawn as the frontier line), then sizes (markers), the paper, published
-    checkpoints, the fit."""
+    """The colours (drawn as the frontier line), then every model by its full name (its
+    marker and colour), the paper's points, published checkpoints, the fit."""
     handles = [style.line_handle(c) for c in colors.values()]
-    labels = [str(v) for v in colors]
-    handles += [style.marker_handle(m) for m in markers.values()]
-    labels += list(markers)
+    labels = [f"{v} frontier" for v in colors]
+    handles += [
+        style.marker_handle(look["marker"], color=look["color"]) for look in models.values()
+    ]
+    labels += list(models)
     if published:
         ring = style.marker_handle("o")
         ring.set_markeredgecolor("black")
@@ -183,9 +222,7 @@ def _legend(
     if fit:
         handles.append(style.line_handle("0.3"))
         labels.append(FIT_LABEL)
-    # A column per kind where the width allows: colours first, then sizes.
-    rows = max(len(colors), 1)
-    style.legend_below(fig, handles, labels, ncols=math.ceil(len(handles) / rows))
+    style.legend_below(fig, handles, labels)
 
 
 def figure(
@@ -211,7 +248,14 @@ def figure(
         drawn_fit = any(ln.get_gid() == "fit" for ax in axes for ln in ax.lines)
         reference = any(p.reference is not None for p in panels)
         published = any(c.get_gid() == "published" for ax in axes for c in ax.collections)
-        _legend(fig, *looks, reference=reference, fit=drawn_fit, published=published)
+        lines = {  # a frontier of one point draws no line: no line in the legend either
+            ln.get_label().removesuffix(" frontier")
+            for ax in axes
+            for ln in ax.lines
+            if ln.get_gid() == "frontier" and len(ln.get_xdata()) > 1
+        }
+        colors = {v: c for v, c in looks[0].items() if str(v) in lines}
+        _legend(fig, colors, looks[1], reference=reference, fit=drawn_fit, published=published)
     return fig
 
 

@@ -1,7 +1,8 @@
 """Learning curves as scaling curves: error against examples seen (Fig. 4's axis) or against
-pre-training exaFLOPs (Fig. 5's), both axes logarithmic, one line per model (ViT solid,
-ResNet dashed, others dotted), and the crossovers where one model's curve overtakes
-another's marked (:mod:`analysis.crossover`).
+pre-training exaFLOPs (Fig. 5's), both axes logarithmic, one line per model (the looks of
+every figure: family colour and line style, size marker), and the crossovers where one
+model's curve overtakes another's marked with the letter of the pair, which the legend
+spells out ("ViT-B/16 passes BiT-R50x1"; :mod:`analysis.crossover`).
 
 Input is a history frame (:func:`vitscale.record.cells.load_history`, accuracy in percent;
 the error drawn is 100 - accuracy), e.g. the JFT curves of :mod:`analysis.reference.jft`.
@@ -27,8 +28,7 @@ from .. import style
 from ..crossover import Crossover, crossovers
 from ._data import line_styles, log_x, require, two_lines
 
-CROSSOVER = "crossover"  # gid of the crossover markers
-CROSSOVER_LABEL = "crossover"
+CROSSOVER = "crossover"  # gid of the crossover markers and their numbers
 _MAX_COLUMNS = 4
 
 
@@ -37,12 +37,31 @@ def error_label(metric: str) -> str:
     return M.label(metric).replace(" accuracy (%)", " error (%)")
 
 
+def passes(a: str, b: str, c: Crossover) -> str:
+    """ "ViT-B/16 passes BiT-R50x1": which line is ahead after the crossover."""
+    ahead, behind = (a, b) if c.leader == "a" else (b, a)
+    return f"{ahead} passes {behind}"
+
+
+def _letter(i: int) -> str:
+    return "abcdefghijklmnopqrstuvwxyz"[i] if i < 26 else str(i + 1)
+
+
 def plot(
-    ax, history: pd.DataFrame, *, metric: str, x: str = EXAMPLES_SEEN, hue: str = "model"
+    ax,
+    history: pd.DataFrame,
+    *,
+    metric: str,
+    x: str = EXAMPLES_SEEN,
+    hue: str = "model",
+    pairs: list[str] | None = None,
 ) -> list[tuple[str, str, Crossover]]:
     """Draw ``metric``'s error against ``x``, one line per ``hue`` value, and mark the
-    crossovers; returns them as ``(line a, line b, crossover)``, a before b in legend order."""
+    crossovers, each with the letter of its pair (which line passes which: its place in
+    ``pairs``, to which new pairs are added; the legend of :func:`figure` spells them out);
+    returns them as ``(line a, line b, crossover)``, a before b in legend order."""
     require(history, [metric, x, hue])
+    pairs = [] if pairs is None else pairs
     data = history.dropna(subset=[metric, x, hue])
     data = data[data[x] > 0].sort_values(x, kind="stable")
     looks = line_styles(data, hue)
@@ -50,13 +69,26 @@ def plot(
     for value, look in looks.items():
         line = data[data[hue] == value]
         curves[value] = (line[x].to_numpy(float), 100.0 - line[metric].to_numpy(float))
-        ax.plot(*curves[value], lw=1.0, **(look | {"marker": None}))
+        every = max(1, len(line) // 6)  # a few markers: the size, without hiding the curve
+        ax.plot(*curves[value], lw=1.0, markevery=every, markersize=3.5, **look)
     found = []
     for a, b in itertools.combinations(looks, 2):
         for c in crossovers(*curves[a], *curves[b]):
             found.append((str(a), str(b), c))
+            pair = passes(str(a), str(b), c)
+            if pair not in pairs:
+                pairs.append(pair)
             ax.scatter(
                 [c.x], [c.y], marker="x", s=22, color="black", lw=1.0, zorder=5, gid=CROSSOVER
+            )
+            ax.annotate(
+                _letter(pairs.index(pair)),
+                (c.x, c.y),
+                xytext=(3, 2 if len(found) % 2 else -8),  # neighbours apart
+                textcoords="offset points",
+                fontsize="x-small",
+                zorder=6,
+                gid=CROSSOVER,
             )
     log_x(ax, data[x])
     ax.set_yscale("log")  # errors in percent: 10, 20, 30, 50 ... labelled as numbers
@@ -76,29 +108,35 @@ def figure(
     hue: str = "model",
     note: str | None = None,
 ):
-    """Up to four panels per row, titled by metric, one legend below (the lines and the
-    crossover mark); ``note`` above the panels. Returns ``(figure, crossovers by metric)``."""
+    """Up to four panels per row, titled by metric, on one x range, one legend below (the
+    lines, then each crossover's letter: which line passes which); ``note`` above the
+    panels. Returns ``(figure, crossovers by metric)``."""
     if not metrics:
         raise ValueError("learning.figure: no metrics to draw")
     ncols = min(len(metrics), _MAX_COLUMNS)
     found: dict[str, list] = {}
+    pairs: list[str] = []
     with style.paper_style():
         fig, axes = style.new_figure(
             ncols, math.ceil(len(metrics) / ncols), width=style.DOUBLE_COLUMN
         )
         handles: dict = {}
         for i, (ax, metric) in enumerate(zip(axes, metrics, strict=False)):
-            found[metric] = plot(ax, history, metric=metric, x=x, hue=hue)
+            found[metric] = plot(ax, history, metric=metric, x=x, hue=hue, pairs=pairs)
             ax.set_title(M.short_label(metric))
             ax.set_ylabel("Few-shot error (%)" if i % ncols == 0 else "")
             if ncols > 2:  # a quarter of the page is narrower than the axis label
                 ax.set_xlabel(two_lines(ax.get_xlabel(), limit=24))
             handles |= dict(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
+        drawn = axes[: len(metrics)]
+        lo = min(ax.get_xlim()[0] for ax in drawn)
+        hi = max(ax.get_xlim()[1] for ax in drawn)
+        for ax in drawn:  # one x range in every panel: curves compare across them
+            ax.set_xlim(lo, hi)
         for ax in axes[len(metrics) :]:
             ax.set_visible(False)
-        if any(found.values()):
-            handles[CROSSOVER_LABEL] = style.marker_handle("x", color="black")
-        style.legend_below(fig, list(handles.values()), list(handles))
+        marks = [style.marker_handle(f"${_letter(i)}$", color="black") for i in range(len(pairs))]
+        style.legend_below(fig, [*handles.values(), *marks], [*handles, *pairs])
         if note:
             fig.suptitle(note, fontsize="small", color="0.3")
     return fig, found

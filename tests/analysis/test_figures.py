@@ -3,16 +3,21 @@ series and points (the matplotlib objects, not only the files)."""
 
 from __future__ import annotations
 
+import colorsys
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.colors import to_hex, to_rgb
 from matplotlib.container import ErrorbarContainer
+from matplotlib.markers import MarkerStyle
 
 from analysis import fixtures, paper
-from analysis.figures import curves, fig3, fig4, fig5
-from analysis.figures._data import log_x
+from analysis.figures import curves, fig3, fig4, fig5, learning
+from analysis.reference import jft
 from vitscale import record as rf
+from vitscale.catalog import model_columns
 from vitscale.record.cells import load_history, load_runs
 
 IMAGENET = rf.finetune_key("imagenet")
@@ -158,7 +163,7 @@ def test_fig5_from_the_paper():
     t6 = paper.table6_frame()
     for ax, metric in zip(axes, (paper.AVERAGE_5, IMAGENET), strict=True):
         pts = _points(ax, "points")
-        assert len(pts) == t6.groupby(["family", "size"]).ngroups == 11
+        assert len(pts) == t6["model"].nunique() == 15  # a model is one series
         assert sum(len(c.get_offsets()) for c in pts) == len(t6) == 18
         frontiers = _lines(ax, "frontier")
         assert len(frontiers) == 3
@@ -174,29 +179,33 @@ def test_fig5_from_the_paper():
     assert list(vit_front.get_xdata()) == [55, 196, 783, 1567, 4262]  # B/16 is dominated
 
 
-def test_fig5_colours_by_family_and_markers_by_size():
-    fig = fig5.figure(fig5.paper_panels()[:1])
-    ax = fig.axes[0]
-    colours, markers = {}, {}
-    for c in _points(ax, "points"):
-        family, size = c.get_label().split(" ", 1)
-        colours.setdefault(family, set()).add(tuple(np.round(c.get_facecolor()[0], 3)))
-        markers.setdefault(size, set()).add(c.get_paths()[0].vertices.tobytes())
-    assert all(len(v) == 1 for v in colours.values()) and len(colours) == 3
-    assert len({next(iter(v)) for v in colours.values()}) == 3  # three distinct colours
-    assert all(len(v) == 1 for v in markers.values())  # B is one marker in ViT and hybrid
-    assert len({next(iter(v)) for v in markers.values()}) == len(markers)
-
-
 def test_fig5_from_runs_with_overlay_and_fit(cells):
     done = cells[cells["status"] == "done"]
     panels = [fig5.Panel(cells, SHAPES5, "shapes")]
     fig = fig5.figure(panels, fit=True, bootstrap=20)
     ax = fig.axes[0]
-    pts = _points(ax, "points")
-    assert len(pts) == done.groupby(["family", "size"]).ngroups == 3  # Pico ViT, R11, Pico hybrid
-    assert sum(len(c.get_offsets()) for c in pts) == len(done)  # the failed cell is skipped
-    assert len(_lines(ax, "frontier")) == 3
+    pts = {c.get_label(): c for c in _points(ax, "points")}
+    assert list(pts) == list(MODELS)  # full names, paper order; the failed cell is skipped
+    # A point per model and compute: the mean over its seeds, their range as a bar (as Fig. 4).
+    for model, points in pts.items():
+        rows = done[done["model"] == model]
+        means = rows.groupby("exaflops")[SHAPES5].agg(["mean", "min", "max"])
+        got = sorted(map(tuple, points.get_offsets()))
+        np.testing.assert_allclose(got, list(zip(means.index, means["mean"], strict=True)))
+    bars = [c for c in ax.collections if c.get_gid() == fig5.SEED_RANGE]
+    spans = sorted(tuple(np.round(seg[:, 1], 9)) for b in bars for seg in b.get_segments())
+    every = done.groupby(["model", "exaflops"])[SHAPES5].agg(["min", "max"])
+    assert spans == sorted(tuple(np.round(r, 9)) for r in every.to_numpy())
+    # The frontier: a line through the non-dominated means of each family.
+    frontiers = {ln.get_label(): ln for ln in _lines(ax, "frontier")}
+    assert len(frontiers) == 3
+    vit = done[done["family"] == "ViT"].groupby(["model", "exaflops"])[SHAPES5].mean()
+    expected = _frontier_brute_force(list(vit.index.get_level_values(1)), list(vit))
+    line = frontiers["ViT frontier"]
+    assert len(expected) >= 2
+    np.testing.assert_allclose(
+        sorted(zip(line.get_xdata(), line.get_ydata(), strict=True)), expected
+    )
     assert _lines(ax, "fit")  # families whose frontier has >= 4 points get a law
     # Overlay: a run set that measured ImageNet fine-tuning accuracy gets Table 6 beside it.
     ours = done.assign(**{IMAGENET: done[SHAPES5]})
@@ -206,6 +215,17 @@ def test_fig5_from_runs_with_overlay_and_fit(cells):
     assert all(len(c.get_facecolor()) == 0 or c.get_facecolor()[0][3] == 0 for c in ref)
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "paper (Table 6)" in labels
+
+
+def test_fig5_names_a_frontier_only_where_it_draws_one(cells):
+    """One cell per family (the demo's Fig. 5): points, no frontier lines, so the legend
+    names the models and no frontier."""
+    one = cells[(cells["status"] == "done") & (cells["seed"] == 0)]
+    one = one[one["exaflops"] == one.groupby("model")["exaflops"].transform("max")]
+    one = one[one["model"].isin(["ViT-Pico/4", "BiT-R11x0.5"])]
+    fig = fig5.figure([fig5.Panel(one, SHAPES5, "shapes")])
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == ["ViT-Pico/4", "BiT-R11x0.5"]
 
 
 def test_legend_does_not_cover_data(cells):
@@ -279,30 +299,162 @@ def test_write_png_and_pdf(tmp_path, cells):
         fig5.write_paper(tmp_path, formats=("jpg",))
 
 
-# --------------------------------------------------------------------------- axes
+# --------------------------------------------------------------------------- axes and looks
+
+SPANS = (2, 5, 30, 50, 1_000, 10_000)
 
 
-@pytest.mark.parametrize(
-    "lo, hi",
-    [(25_600, 76_800), (1.12e-6, 4.47e-6), (8.8e-7, 2.7e-6), (1_536, 19_200), (3e-7, 2.8e-6)],
-)
-def test_a_short_log_axis_has_a_few_round_labels_that_do_not_overlap(lo, hi):
-    """Less than ~1.5 decades (a study's examples seen, a frontier's compute): two to four
-    labels at round values near the data, side by side without touching on a narrow panel
-    (matplotlib's own locator labels every integer multiple there and they run together)."""
-    fig, ax = plt.subplots(figsize=(2.4, 2.0))
-    xs = np.geomspace(lo, hi, 5)
-    ax.plot(xs, np.arange(5))
-    log_x(ax, pd.Series(xs))
-    fig.canvas.draw()
-    shown = [(t.get_position()[0], t) for t in ax.get_xticklabels() if t.get_text()]
-    left, right = ax.get_xlim()
-    shown = [(x, t) for x, t in shown if left <= x <= right]
-    assert 2 <= len(shown) <= 4
-    for x, _ in shown:
-        mantissa = x / 10 ** np.floor(np.log10(x) + 1e-9)
-        assert round(mantissa, 6) in {1, 2, 3, 4, 5, 6, 8}
-    boxes = sorted((t.get_window_extent() for _, t in shown), key=lambda b: b.x0)
-    assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:], strict=False))
-    assert all(ax.xaxis.get_minor_formatter()(x) == "" for x in np.geomspace(lo, hi, 7))
+def _spanning(span: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Finished cells (two seeds, four sizes from 1,536 images to 1,536 x ``span``, compute
+    from 3e-7 exaFLOPs over the same span) and their history (examples seen over it too)."""
+    xs = np.geomspace(1.0, span, 4)
+    rows, steps = [], []
+    for i, model in enumerate(MODELS):
+        family, size, _ = model_columns(model)
+        for seed, x in ((s, x) for s in (0, 1) for x in xs):
+            acc = 0.2 + 0.1 * i + 0.1 * np.log10(x) / np.log10(span) + 0.01 * seed
+            rows.append(
+                {
+                    "status": "done",
+                    "model": model,
+                    "family": family,
+                    "size": size,
+                    "num_examples": 1536 * x,
+                    "exaflops": 3e-7 * x,
+                    "steps": 100,
+                    SHAPES5: acc,
+                }
+            )
+        for x in xs:
+            steps.append(
+                {
+                    "model": model,
+                    "family": family,
+                    "size": size,
+                    "num_examples": 1536.0,
+                    "examples_seen": 1536 * x,
+                    "compute/exaflops": 3e-7 * x,
+                    SHAPES5: 100 * (0.2 + 0.1 * i + 0.3 * np.log10(x) / np.log10(span)),
+                }
+            )
+    return pd.DataFrame(rows), pd.DataFrame(steps)
+
+
+def _figures(span: float):
+    cells, history = _spanning(span)
+    yield "fig4", fig4.figure(cells, metric=SHAPES5)
+    panels = [fig5.Panel(cells, SHAPES5, "shapes")] * 3  # a third of the page each
+    yield "fig5", fig5.figure(panels)
+    yield "curves", curves.figure(history, metric=SHAPES5)
+    yield "learning", learning.figure(history, metrics=[SHAPES5] * 4)[0]  # a quarter each
+
+
+def _shown(axis) -> list:
+    lo, hi = sorted(axis.get_view_interval())
+    return [
+        t
+        for t, x in zip(axis.get_ticklabels(), axis.get_ticklocs(), strict=False)
+        if t.get_visible() and t.get_text() and lo <= x <= hi
+    ]
+
+
+@pytest.mark.parametrize("span", SPANS)
+def test_tick_labels_never_overlap_at_any_span(span):
+    """Every figure kind, on a one-column or a narrow panel, whether its x axis spans twice
+    or 10^4 times its smallest value: at least two x labels, no two tick labels touching
+    (matplotlib's own locator labels minor ticks on 1-2 decades: "2x10^3 3x10^3 ..." ran
+    together in Fig. 4)."""
+    for kind, fig in _figures(span):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in (a for a in fig.axes if a.get_visible()):
+            assert len(_shown(ax.xaxis)) >= 2, (kind, span)
+            for axis in (ax.xaxis, ax.yaxis):
+                boxes = [t.get_window_extent(renderer) for t in _shown(axis)]
+                for i, a in enumerate(boxes):
+                    for b in boxes[i + 1 :]:
+                        assert not a.overlaps(b), (kind, span, axis.axis_name, a, b)
+        plt.close(fig)
+
+
+def _hue(color) -> float:
+    return colorsys.rgb_to_hls(*to_rgb(color))[0]
+
+
+def _marker(marker) -> bytes:
+    style = MarkerStyle(marker)
+    return np.round(style.get_path().transformed(style.get_transform()).vertices, 6).tobytes()
+
+
+def test_one_colour_per_family_one_marker_per_size_in_every_figure(cells):
+    """A model looks the same in every figure whichever others are drawn beside it (paper
+    Figs. 3-5): its family's colour (a shade per patch, one hue per family), its size's
+    marker (sizes of a family apart; colour tells families apart), its full name."""
+    history, _ = load_history(cells)
+    jft_history = jft.history()
+    some = cells[cells["model"].isin(MODELS[1:])]  # fewer models: colours may not move
+    seen: dict[str, set] = {}
+    drawn = []
+    for fig in (
+        fig4.figure(cells, metric=SHAPES5),
+        fig4.figure(some, metric=SHAPES5),
+        curves.figure(history, metric=SHAPES5),
+        fig3.figure(cells.assign(pretrain_dataset="synthetic"), metric=SHAPES5),
+        fig5.figure([fig5.Panel(cells, SHAPES5, "shapes")]),
+        fig5.figure(fig5.paper_panels()),
+        learning.figure(jft_history, metrics=[rf.fewshot_key("imagenet", 5)])[0],
+    ):
+        for ax in fig.axes:
+            for ln in ax.lines:
+                if not ln.get_label().startswith("_") and ln.get_gid() is None:
+                    marker = ln.get_marker() if ln.get_marker() != "None" else None
+                    drawn.append((ln.get_label(), to_hex(ln.get_color()), marker))
+            for c in ax.collections:
+                if c.get_gid() == "points":
+                    marker = c.get_paths()[0].vertices
+                    drawn.append((c.get_label(), to_hex(c.get_facecolor()[0]), marker))
+        plt.close(fig)
+    families = {**dict(zip(cells["model"], cells["family"], strict=False))}
+    families |= dict(
+        zip(paper.table6_frame()["model"], paper.table6_frame()["family"], strict=False)
+    )
+    families |= dict(zip(jft_history["model"], jft_history["family"], strict=False))
+    sizes = dict(zip(cells["model"], cells["size"], strict=False))
+    sizes |= dict(zip(paper.table6_frame()["model"], paper.table6_frame()["size"], strict=False))
+    markers: dict[str, set] = {}
+    for label, color, marker in drawn:
+        assert label in families, label  # the model's full name, nothing shortened
+        seen.setdefault(label, set()).add(color)
+        if marker is not None and label in sizes:
+            key = _marker(marker) if isinstance(marker, str) else np.round(marker, 6).tobytes()
+            markers.setdefault((families[label] == "ResNet", sizes[label]), set()).add(key)
+    assert all(len(colours) == 1 for colours in seen.values()), seen
+    hues: dict[str, set] = {}
+    for model, (color,) in ((m, tuple(c)) for m, c in seen.items()):
+        hues.setdefault(families[model], set()).add(round(_hue(color), 2))
+    assert all(len(h) == 1 for h in hues.values()), hues  # shades of one hue per family
+    assert len({next(iter(h)) for h in hues.values()}) == len(hues)  # families apart
+    assert all(len(m) == 1 for m in markers.values()), markers
+    for resnet in (False, True):  # ViT sizes (hybrids have the ViT's) apart; ResNets apart
+        family = [next(iter(m)) for (r, _), m in markers.items() if r == resnet]
+        assert len(set(family)) == len(family) > 1
+    assert seen["ViT-Pico/4"] != seen["ViT-Pico/8"]  # same size and family: another shade
+
+
+def test_crossovers_say_which_pair_crossed():
+    """Each crossover mark carries the letter of its pair; the legend spells the pair out
+    ("ViT-B/16 passes ViT-S/16"): which line is ahead after it."""
+    history = jft.history().dropna(subset=[rf.EXAFLOPS])  # the compute view: 5 crossovers
+    metric = rf.fewshot_key("imagenet", 5)
+    fig, found = learning.figure(history, metrics=[metric], x=rf.EXAFLOPS)
+    crossed = found[metric]
+    assert len(crossed) > len({learning.passes(*row) for row in crossed}) - 1 > 1
+    pairs = list(dict.fromkeys(learning.passes(*row) for row in crossed))
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    letters = [t.get_text() for t in ax.texts if t.get_gid() == learning.CROSSOVER]
+    assert letters == ["abcdefghij"[pairs.index(learning.passes(*row))] for row in crossed]
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    for a, b, c in crossed:
+        ahead, behind = (a, b) if c.leader == "a" else (b, a)
+        assert f"{ahead} passes {behind}" in labels
     plt.close(fig)

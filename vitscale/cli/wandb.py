@@ -1,5 +1,6 @@
 """``vitscale wandb dashboard | report | sync``. Every handler checks its input and builds
-what it will send locally first (``--dry-run`` stops there and prints it as JSON), then
+what it will send locally first (``--dry-run`` stops there and says what it holds, or prints
+it as JSON with ``--json``), then
 checks W&B (key, network, project, runs), then writes in one call. Any of these failing
 is one line on stderr and exit code 2; API keys never appear in what is printed.
 """
@@ -46,7 +47,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         "with a grid file: the same overrides the grid was run with (they change cell ids, "
         "hence run colours)",
     )
-    d.add_argument("--dry-run", action="store_true", help="print the workspace as JSON; no network")
+    d.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the workspace's sections, panels and runs; no network",
+    )
+    d.add_argument("--json", action="store_true", help="with --dry-run: the full spec as JSON")
 
     r = sub.add_parser(
         "report",
@@ -76,7 +82,12 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="keep the report's figures in this folder (default: a temporary one)",
     )
     r.add_argument(
-        "--dry-run", action="store_true", help="print the report and its assets as JSON; no network"
+        "--dry-run",
+        action="store_true",
+        help="print the report's sections, panels and figures; no network",
+    )
+    r.add_argument(
+        "--json", action="store_true", help="with --dry-run: the report and its assets as JSON"
     )
 
     s = sub.add_parser(
@@ -124,7 +135,7 @@ def _dashboard(args: argparse.Namespace) -> int:
     from ..record.wandb import open_project
     from ..wandb_views.remote import save_workspace
     from ..wandb_views.study import load_study
-    from ..wandb_views.workspace import build_workspace, workspace_spec
+    from ..wandb_views.workspace import build_workspace, workspace_spec, workspace_summary
 
     _check_target(args)
     study = load_study(args.source, overrides=args.overrides)
@@ -134,7 +145,11 @@ def _dashboard(args: argparse.Namespace) -> int:
     except ValueError as e:  # the library's validation: a --name it refuses
         raise UserError(f"--name {args.name!r}: {_reason(e)}") from None
     if args.dry_run:
-        print(json.dumps(spec, indent=2))
+        if args.json:
+            print(json.dumps(spec, indent=2))
+        else:
+            print("\n".join(workspace_summary(workspace, study)))
+            print("dry run: nothing sent (--json: the full spec)")
         return 0
     api = open_project(args.entity, args.project, group=study.group)
     url, updated = save_workspace(workspace, api, group=study.group)
@@ -147,7 +162,13 @@ def _dashboard(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from ..record.wandb import open_project
     from ..wandb_views.remote import publish_report
-    from ..wandb_views.report import build_assets, build_report, check_inputs, report_spec
+    from ..wandb_views.report import (
+        build_assets,
+        build_report,
+        check_inputs,
+        report_spec,
+        report_summary,
+    )
     from ..wandb_views.study import StudyError, from_runs
 
     _check_target(args)
@@ -173,7 +194,11 @@ def _report(args: argparse.Namespace) -> int:
         except ValueError as e:  # the library's validation: a --title it refuses
             raise UserError(f"--title {args.title!r}: {_reason(e)}") from None
         if args.dry_run:
-            print(json.dumps({"report": spec, "assets": assets.manifest()}, indent=2))
+            if args.json:
+                print(json.dumps({"report": spec, "assets": assets.manifest()}, indent=2))
+            else:
+                print("\n".join(report_summary(report, assets)))
+                print("dry run: nothing sent (--json: the report and its assets)")
             return 0
         url, updated = publish_report(report, assets, api, directory=Path(tmp))
     print(f"{'updated' if updated else 'published'} report {report.title!r}: {url}")

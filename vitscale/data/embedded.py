@@ -1,6 +1,6 @@
 """The embedded worlds' tasks by name: procedural datasets, nothing on disk (torch-free).
 
-Two worlds (README, "The study"): the glyph world (``synthetic``, ``synthetic-*``:
+Two worlds (docs/studies.md, "The study"): the glyph world (``synthetic``, ``synthetic-*``:
 :mod:`vitscale.data.synthetic`), where one large glyph's local shape decides the label,
 the convolution's prior; and the scenes world (``scenes``, ``scenes-*``:
 :mod:`vitscale.data.scenes`), whose labels also depend on how the parts of a scene are

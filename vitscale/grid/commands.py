@@ -13,7 +13,7 @@ from ..plan import recipe_notes
 from .calibration import ASSUMED, BASES, ESTIMATED, FAMILY, MEASURED
 from .cost import CellCost, cell_cost
 from .placement import Placement, apply_placements, place_grid
-from .plan import plan, retry_hint, summary
+from .plan import headline, plan, retry_hint
 from .profile import Profile, load_profile
 from .spec import Grid, GridError, load_grid
 from .status import collect, format_table
@@ -392,7 +392,7 @@ def grid(
         from .local import DEFAULT_STOP_TIMEOUT, Interrupted, run_local
 
         planned = plan(g, runs_root, retry_failed=retry_failed)
-        print(summary(planned))
+        print(headline(planned, workers=workers), flush=True)
         try:
             codes = run_local(
                 planned,

@@ -8,7 +8,7 @@ evenly between the workers (threads and loader workers: :func:`worker_env`), and
 only its own ``processes`` of them (``CUDA_VISIBLE_DEVICES``), so two cells never share
 ``cuda:0``.
 
-Interrupts and dying workers are handled as README's "What happens when..." table says:
+Interrupts and dying workers are handled as docs/slurm.md's "What happens when..." table says:
 an interrupt stops the running cells gently (SIGTERM: they checkpoint), then at once after
 ``stop_timeout`` or a second one, and raises :class:`Interrupted` (exit code 128 + the
 signal); a worker that dies fails its cell only.
@@ -23,6 +23,7 @@ grid, however it ends (:func:`vitscale.grid.cellrun.die_with_parent`).
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import signal
@@ -47,6 +48,7 @@ _SERVE = [*_CELLRUN, "--serve"]
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 DEFAULT_STOP_TIMEOUT = 300.0  # seconds the cells get to finish their step and checkpoint
 _REMIND_EVERY = 15.0  # seconds between "still waiting" lines
+_POLL_EVERY = 2.0  # seconds between reads of the running cells' latest step
 NOT_STARTED = "the cell did not start: free space and run the grid again"  # a full disk
 
 
@@ -238,6 +240,8 @@ def run_local(
     todo.sort(key=lambda p: not p.cell.config.branch.keep)  # trunks first
     if workers < 1 or processes < 1:
         raise ValueError(f"workers and processes must be at least 1, got {workers} and {processes}")
+    if any(p.cell.config.data.dataset.startswith("synthetic") for p in todo):
+        _build_renderer()
     env = worker_env(workers=workers, processes=processes)
     workers = min(workers, len(todo))
     groups = gpu_groups(visible_gpus(), workers=workers, processes=processes) if todo else None
@@ -252,6 +256,15 @@ def run_local(
     return _Pool(todo, pool, stop_timeout=stop_timeout).run()
 
 
+def _build_renderer() -> None:
+    """Build the synthetic set's C++ renderer here, once, before the workers start: its
+    compile (about 30 s, once per machine type) is announced on the grid's own output, where
+    it would otherwise pass silently in every cell's log while the bar stood still."""
+    from ..data.synthetic import _fused
+
+    _fused.kernel()
+
+
 def worker_env(*, workers: int, processes: int) -> dict[str, str]:
     """The environment of every worker: the machine's CPUs split evenly between the
     ``workers`` cells running side by side, as threads per process (``OMP_NUM_THREADS``)
@@ -263,6 +276,24 @@ def worker_env(*, workers: int, processes: int) -> dict[str, str]:
         CELL_CPUS_ENV: str(per_cell),
         "PYTHONUNBUFFERED": "1",
     }
+
+
+def last_step(run_dir: Path) -> int | None:
+    """The ``step`` of the last complete row of ``run_dir``'s metrics.jsonl (its tail
+    only); None before the first."""
+    try:
+        with open(run_dir / rf.METRICS, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 8192))
+            tail = fh.read().decode(errors="replace")
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()[:-1] if not tail.endswith("\n") else tail.splitlines()):
+        try:
+            return int(json.loads(line)[rf.STEP])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return None
 
 
 def _label(item: Planned) -> str:
@@ -284,7 +315,17 @@ class _Pool:
         self.codes: dict[str, int] = {}
         self.stopped: list[str] = []  # checkpointed and stopped
         self.killed: list[str] = []  # stopped at once
-        self.bar = tqdm(total=len(todo), desc="cells", unit="cell", disable=not todo)
+        # Progress in steps, not cells: a cell takes minutes, a step well under a second.
+        self.steps = {p.cell.id: p.cell.plan.total_steps or 0 for p in todo}
+        self.at: dict[str, int] = dict.fromkeys(self.steps, 0)  # steps counted per cell
+        self.finished = 0
+        self.bar = tqdm(
+            total=sum(self.steps.values()),
+            desc=f"0/{len(todo)} cells",
+            unit="step",
+            disable=not todo,
+            dynamic_ncols=True,
+        )
 
     def run(self) -> dict[str, int]:
         threads = [threading.Thread(target=self._work, args=(w,), daemon=True) for w in self.pool]
@@ -339,7 +380,7 @@ class _Pool:
                     self.unfinished.discard(item.cell.id)
                     why = rf.describe_failure(e, kept=NOT_STARTED)
                     tqdm.write(f"{_label(item)} failed: {why}")
-                    self.bar.update()
+                    self._finish(item)
             return None
 
     def _done(self, worker: _Worker, item: Planned, code: int, reason: str) -> None:
@@ -364,7 +405,28 @@ class _Pool:
             tqdm.write(
                 f"{_label(item)} failed: {reason or 'see its log'}; log: {item.run_dir / LOG}"
             )
-        self.bar.update()
+        with self.lock:
+            self._finish(item)
+
+    def _finish(self, item: Planned) -> None:
+        """A cell ended (done or failed): all its steps counted, one more cell."""
+        self._advance(item.cell.id, self.steps[item.cell.id])
+        self.finished += 1
+        self.bar.set_description(f"{self.finished}/{len(self.steps)} cells", refresh=False)
+        self.bar.refresh()
+
+    def _advance(self, cell_id: str, step: int) -> None:
+        step = min(step, self.steps[cell_id])
+        if step > self.at[cell_id]:
+            self.bar.update(step - self.at[cell_id])
+            self.at[cell_id] = step
+
+    def _poll_steps(self) -> None:
+        """Each running cell's latest logged step (its metrics.jsonl's last row)."""
+        with self.lock:
+            for w in self._busy():
+                if w.cell is not None and (step := last_step(w.cell.run_dir)) is not None:
+                    self._advance(w.cell.cell.id, step)
 
     # ------------------------------------------------------------ the main thread
 
@@ -372,11 +434,14 @@ class _Pool:
         return [w for w in self.pool if w.cell is not None]
 
     def _supervise(self, threads: list[threading.Thread], interrupts: _Interrupts) -> None:
-        deadline = reminded = 0.0
+        deadline = reminded = polled = 0.0
         at_once = False  # the workers were killed
         while any(t.is_alive() for t in threads):
             for t in threads:
                 t.join(timeout=0.2)
+            if time.monotonic() - polled >= _POLL_EVERY:
+                polled = time.monotonic()
+                self._poll_steps()
             if interrupts.received and not self.stopping.is_set():
                 deadline = self._stop_gently(interrupts.received[0])
                 reminded = time.monotonic()

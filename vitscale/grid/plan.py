@@ -46,6 +46,40 @@ def summary(planned: list[Planned]) -> str:
     return ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
 
 
+def headline(planned: list[Planned], *, workers: int) -> str:
+    """What a local run is about to do, in one line: "8 cells to run (4,800 steps, 2 at a
+    time), 0 done", and "~6 min on this machine" where every model to run has a finished
+    cell here whose wall-clock time per step (training, evaluation and fine-tuning) says
+    it."""
+    todo = [p for p in planned if p.action == "submit"]
+    done = [p for p in planned if p.action == "skip-done"]
+    steps = [p.cell.plan.total_steps for p in todo]
+    known = sum(s or 0 for s in steps)
+    line = f"{len(todo)} cell{'s' * (len(todo) != 1)} to run"
+    if todo:
+        line += f" ({known:,} steps, {min(workers, len(todo))} at a time)"
+    line += f", {len(done)} done"
+    others = Counter(p.action for p in planned if p.action not in ("submit", "skip-done"))
+    line += "".join(f", {n} {a.removeprefix('skip-')}" for a, n in sorted(others.items()))
+    per_step: dict[str, list[float]] = {}
+    for p in done:
+        try:
+            result = rf.RunResult.read(p.run_dir)
+        except (OSError, ValueError):
+            continue
+        if result.wall_clock_s and result.steps:
+            per_step.setdefault(p.cell.config.model.name, []).append(
+                result.wall_clock_s / result.steps
+            )
+    rates = [(s, per_step.get(p.cell.config.model.name)) for s, p in zip(steps, todo, strict=True)]
+    if todo and all(s and r for s, r in rates):
+        seconds = sum(s * sum(r) / len(r) for s, r in rates) / min(workers, len(todo))
+        line += (
+            f"; ~{max(1, round(seconds / 60))} min on this machine (its finished cells' step times)"
+        )
+    return line
+
+
 def failed_attempts(run_dir: Path) -> int:
     return len(list(run_dir.glob(FAILED_RESULT.format(n="*"))))
 

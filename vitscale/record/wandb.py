@@ -59,6 +59,25 @@ def base_url() -> str:
     return (url or DEFAULT_BASE_URL).rstrip("/")
 
 
+def _default_base_url() -> str:
+    """The server wandb itself defaults to (its settings' default; api.wandb.ai in older
+    releases, W&B's CoreWeave address in newer ones)."""
+    try:
+        from wandb.sdk.wandb_settings import Settings
+
+        return str(Settings.model_fields["base_url"].default or DEFAULT_BASE_URL).rstrip("/")
+    except Exception:  # noqa: BLE001 - a wandb without this layout
+        return DEFAULT_BASE_URL
+
+
+def server(url: str) -> str:
+    """The server as messages name it; wandb's default one said to be so: a user who never
+    set a server is puzzled by an address they never typed."""
+    if url.rstrip("/") in (DEFAULT_BASE_URL, _default_base_url()):
+        return f"{url} (W&B's cloud: wandb's default server, as WANDB_BASE_URL is not set)"
+    return url
+
+
 def _netrc_key(host: str) -> str | None:
     try:
         auth = netrc.netrc(os.environ.get("NETRC")).authenticators(host)
@@ -99,7 +118,7 @@ def has_api_key(url: str | None = None) -> bool:
     except ImportError:  # an older wandb: its keys live in the netrc
         return _netrc_key(urlparse(url).netloc) is not None
     except Exception as e:  # noqa: BLE001 - a malformed key file
-        raise WandbError(f"cannot read the W&B credentials for {url}: {e}") from None
+        raise WandbError(f"cannot read the W&B credentials for {server(url)}: {e}") from None
 
 
 def check_reachable(url: str | None = None, *, timeout: float = 5.0) -> None:
@@ -122,7 +141,7 @@ def check_reachable(url: str | None = None, *, timeout: float = 5.0) -> None:
     else:
         return
     raise WandbError(
-        f"cannot reach the W&B server at {url} ({reason}): check the network, or "
+        f"cannot reach the W&B server at {server(url)} ({reason}): check the network, or "
         "WANDB_BASE_URL for a self-hosted server; offline runs upload later with "
         "`vitscale wandb sync RUNS`"
     )
@@ -141,14 +160,16 @@ def translated_errors(url: str | None = None, what: str = "W&B request") -> Iter
         name = type(e).__name__
         if name == "AuthenticationError" and "did not respond" not in message:
             raise WandbError(
-                f"the W&B server at {url} rejected the API key: run `wandb login --relogin` "
+                f"the W&B server at {server(url)} rejected the API key: run `wandb login --relogin` "
                 "or set WANDB_API_KEY"
             ) from None
         if "did not respond" in message or "timed out" in message.lower():
-            raise WandbError(f"{what}: the W&B server at {url} did not answer in time") from None
+            raise WandbError(
+                f"{what}: the W&B server at {server(url)} did not answer in time"
+            ) from None
         if name == "UsageError":
             raise WandbError(f"{what}: {message}") from None
-        raise WandbError(f"{what} to {url} failed: {message}") from None
+        raise WandbError(f"{what} to {server(url)} failed: {message}") from None
 
 
 def open_api(*, timeout: int = TIMEOUT_S):
@@ -156,7 +177,7 @@ def open_api(*, timeout: int = TIMEOUT_S):
     url = base_url()
     if not has_api_key(url):
         raise WandbError(
-            f"no W&B API key for {url}: run `wandb login` or set WANDB_API_KEY "
+            f"no W&B API key for {server(url)}: run `wandb login` or set WANDB_API_KEY "
             "(or use --dry-run to see what would be sent)"
         )
     check_reachable(url)

@@ -268,6 +268,28 @@ def build_report(
     )
 
 
+def report_summary(report, assets: ReportAssets) -> list[str]:
+    """What ``--dry-run`` prints: the report's title, its cells, its sections (each H2 with
+    what follows it: panels named, other blocks counted) and the figures it uploads, on one
+    screen (``--json`` prints the whole spec and the assets)."""
+    from .workspace import _panels
+
+    lines = [
+        f"report {report.title!r} in {report.entity}/{report.project}: "
+        f"{assets.cells_done} of {assets.cells_total} cells finished; "
+        f"{len(assets.figures)} figure(s) and Table 6 uploaded as run {assets.run_id!r}",
+    ]
+    for block in report.blocks:
+        kind = type(block).__name__
+        if kind in ("H1", "H2", "H3"):
+            lines.append(f"  {block.text}")
+        elif kind == "PanelGrid":
+            lines += _panels(list(block.panels))
+        elif kind == "UnorderedList":
+            lines += [f"    {item}" for item in block.items]
+    return lines
+
+
 def report_spec(report) -> dict[str, Any]:
     """The report exactly as it is sent to W&B (``--dry-run`` prints this)."""
     return report._to_model().model_dump(mode="json", by_alias=True, exclude_none=True)

@@ -1,5 +1,5 @@
 """``vitscale wandb sync``: upload a grid's offline W&B runs, for clusters whose compute
-nodes have no internet (what it does for the user: README, "Weights & Biases"), and the
+nodes have no internet (what it does for the user: docs/wandb.md, "Weights & Biases"), and the
 online runs whose upload did not finish.
 
 A cell that ran offline left ``<run folder>/wandb/offline-run-<time>-<cell id>/`` (one

@@ -19,25 +19,14 @@ from ..record.wandb import IDENTITY
 from . import keys as K
 from .study import Study
 
-# Shades per family, dark to light (the figures' colour-blind palette hues).
-_SHADES = {
-    "ViT": ["#0173b2", "#56b4e9", "#023e7d", "#4c9be8", "#0a5591", "#8cc8f0"],
-    "ResNet": ["#de8f05", "#d55e00", "#f0b04f", "#a64d00", "#ffc87a", "#8a5a00"],
-    "Hybrid": ["#029e73", "#56c9a2", "#016b4d", "#8fdcc0", "#0b8a63", "#bfeedd"],
-}
-
 
 def model_colors(study: Study) -> dict[str, str]:
-    """A colour per model: its family's hue, a different shade per model."""
-    out: dict[str, str] = {}
-    seen: dict[str, int] = {}
+    """A colour per model, the figures' own (:func:`analysis.style.model_color`: its
+    family's colour, a shade per patch), so a model looks the same in W&B and on paper."""
+    from analysis import style
+
     family = {c.model: c.family for c in study.cells}
-    for model in study.models:
-        shades = _SHADES.get(family[model], ["#666666", "#999999", "#333333"])
-        i = seen.get(family[model], 0)
-        seen[family[model]] = i + 1
-        out[model] = shades[i % len(shades)]
-    return out
+    return {model: style.model_color(model, family[model]) for model in study.models}
 
 
 def _id(*parts: str) -> str:
@@ -175,6 +164,31 @@ def build_workspace(study: Study, *, entity: str, project: str, name: str | None
             },
         ),
     )
+
+
+_LISTED = 6  # panels named per section in a summary; the rest counted
+
+
+def _panels(panels: list, indent: str = "    ") -> list[str]:
+    titles = [getattr(p, "title", None) or type(p).__name__ for p in panels]
+    lines = [f"{indent}{t}" for t in titles[:_LISTED]]
+    if len(titles) > _LISTED:
+        lines.append(f"{indent}... and {len(titles) - _LISTED} more")
+    return lines
+
+
+def workspace_summary(workspace, study: Study) -> list[str]:
+    """What ``--dry-run`` prints: the view, its runs and its sections with their panels,
+    on one screen (``--json`` prints the whole spec)."""
+    runs = f"{len(study.cells)} runs of W&B group {study.group!r}"
+    lines = [
+        f"workspace {workspace.name!r} in {workspace.entity}/{workspace.project}: {runs}, "
+        f"{len(study.models)} model(s) ({', '.join(study.models)})",
+    ]
+    for section in workspace.sections:
+        lines.append(f"  {section.name} ({len(section.panels)} panels)")
+        lines += _panels(section.panels)
+    return lines
 
 
 def workspace_spec(workspace) -> dict[str, Any]:

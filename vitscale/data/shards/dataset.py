@@ -7,7 +7,7 @@ the pre-training stream (:mod:`vitscale.data.stream`), read in the windowed orde
 generator seeded with ``key(seed, p)`` (forked: dropout's streams are untouched), so a batch
 is bit-identical for any number of DataLoader workers, processes and restarts.
 
-Bad examples are handled as README's "Sharded datasets" says: with
+Bad examples are handled as docs/datasets.md's "Sharded datasets" says: with
 ``data.skip_bad_samples`` each is replaced by the example at the next stream position and
 reported with the batch (``Batch.skipped``).
 """

@@ -19,7 +19,7 @@ error before training, never a silently shorter epoch).
 
 Names (``shards:DIR``, or a brace pattern or glob of its train shards) and subsets
 (:func:`select`: whole shards in a seeded order, then a count from the next one) are as
-README's "Sharded datasets" says; a pattern is matched against the index, so the shard
+docs/datasets.md's "Sharded datasets" says; a pattern is matched against the index, so the shard
 directory is never listed.
 
 numpy only, no torch: grid validation reads indexes without it.

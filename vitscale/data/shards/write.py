@@ -1,5 +1,5 @@
 """Make sharded sets: ``vitscale data shard`` (convert any source) and ``data index``
-(README, "Sharded datasets", says what each does for the user).
+(docs/datasets.md, "Sharded datasets", says what each does for the user).
 
 ``shard_dataset`` writes with WebDataset's own ``TarWriter``, in a fixed random order
 (``SeededPermutation(n, SHARD_ORDER_SEED)``) so that a subset made of whole shards
