@@ -236,12 +236,14 @@ def run_figures(args: argparse.Namespace) -> int:
         cells = _load(args.runs)
         if cells.empty:
             raise UserError(f"no run folders found under {' '.join(args.runs)}")
-        written += draw_figures(cells, _options(args), worlds=control_worlds())
+        written += draw_figures(cells, _options(args), worlds=control_worlds(cells))
     if args.wandb:
         cells, history = _load_wandb(args.wandb, args.group, curves=args.curves)
         if cells.empty:
             raise UserError(f"no W&B runs in group {args.group!r} of {args.wandb}")
-        written += draw_figures(cells, _options(args), history=history, worlds=control_worlds())
+        written += draw_figures(
+            cells, _options(args), history=history, worlds=control_worlds(cells)
+        )
     for path in written:
         print(path)
     return 0
@@ -680,10 +682,16 @@ def configure_summary(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def control_worlds() -> dict[str, World]:
+def control_worlds(cells) -> dict[str, World]:
     """The positive control's worlds (:mod:`vitscale.data.synthetic.permuted` owns them) as
-    :class:`analysis.control.World`, by pre-training set."""
+    :class:`analysis.control.World`, by pre-training set; none where no cell pre-trained on
+    a ``synthetic-*`` world (the moved ones are named so), so that drawing and summarising
+    other grids never loads the data layer (analysis reads files: docs/design.md)."""
     from analysis.control import World
+
+    names = cells["pretrain_dataset"].dropna() if "pretrain_dataset" in cells else []
+    if not any(str(n).startswith("synthetic-") for n in names):
+        return {}
 
     from ..data.synthetic.permuted import control_worlds as worlds
 
@@ -729,7 +737,7 @@ def run_summary(args: argparse.Namespace) -> int:
     if not args.runs:
         raise UserError("vitscale summary: give RUNS_DIR...")
     cells = _load(args.runs, progress=False)
-    if is_control(cells, worlds := control_worlds()):
+    if is_control(cells, worlds := control_worlds(cells)):
         return _run_control(cells, args, worlds)
     with user_errors(ValueError):
         s = summary.summarise(cells, metric=args.metric, shots=args.shots, settings=args.settings)
