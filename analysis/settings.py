@@ -68,9 +68,11 @@ def differing_keys(configs: pd.DataFrame, points: pd.DataFrame) -> list[str]:
     keys = [k for k in configs.columns if not _ignored(k)]
     if not keys or configs.empty:
         return []
-    text = configs[keys].map(_text)
+    # A key absent from some configs (written before it existed: data.holdout, recipe) is
+    # unknown there, not a different value: cells with one id differ in nothing else.
+    text = configs[keys].map(lambda v: None if v is None or v is np.nan or v != v else _text(v))
     grouped = text.groupby([points[c].astype(str) for c in points.columns], dropna=False)
-    varies = grouped.nunique(dropna=False).gt(1).any()
+    varies = grouped.nunique(dropna=True).gt(1).any()
     return sorted(k for k in keys if varies[k])
 
 

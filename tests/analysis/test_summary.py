@@ -313,3 +313,20 @@ def test_two_learning_rates_are_two_settings_never_averaged_as_seeds():
     assert set(best.cells.model) == set(MODELS)  # one setting each, the better one
     assert best.cells["mean"].min() == pytest.approx(50.2)
     assert "ViT-Pico/4 at 100 images: best of 2 lr settings: lr=0.003" in best.chosen
+
+
+def test_a_key_one_config_predates_is_no_setting():
+    """Cells of one id run before and after a key was recorded (data.holdout, the recipe's
+    name): the older config lacks it, which is no difference; a real one still is."""
+    from analysis.settings import differing_keys
+
+    points = pd.DataFrame({"model": ["m"] * 3, "num_examples": [100] * 3})
+    configs = pd.DataFrame(
+        {
+            "data.holdout": [np.nan, 0.2, 0.2],
+            "recipe": [None, "synthetic", "synthetic"],
+            "seed": [0, 1, 2],
+        }
+    )
+    assert differing_keys(configs, points) == []
+    assert differing_keys(configs.assign(**{"optim.lr": [1, 2, 2]}), points) == ["optim.lr"]
