@@ -70,7 +70,7 @@ def differing_keys(configs: pd.DataFrame, points: pd.DataFrame) -> list[str]:
         return []
     # A key absent from some configs (written before it existed: data.holdout, recipe) is
     # unknown there, not a different value: cells with one id differ in nothing else.
-    text = configs[keys].map(lambda v: None if v is None or v is np.nan or v != v else _text(v))
+    text = configs[keys].map(_text).where(configs[keys].notna())
     grouped = text.groupby([points[c].astype(str) for c in points.columns], dropna=False)
     varies = grouped.nunique(dropna=True).gt(1).any()
     return sorted(k for k in keys if varies[k])
