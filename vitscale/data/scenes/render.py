@@ -12,7 +12,8 @@ work per image is the background plus a few small windows: far ahead of what the
 models consume (``benchmarks/scenes_render.py``).
 
 An image depends only on (task, split, index, resolution): never on the batch it is drawn
-in (every operation is per image), nor on the number of threads.
+in (every operation is per image), nor on the number of threads, nor on the x86-64 CPU
+(only operations whose result IEEE 754 specifies exactly, each rounded once).
 """
 
 from __future__ import annotations
@@ -55,16 +56,42 @@ def _sprites(bits: np.ndarray, lo: int, hi: int, window: int, device: torch.devi
     return out.to(device)
 
 
+def _bicubic(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
+    """Taps ``(n_out, 4)`` and weights ``(n_out, 4)`` of bicubic upsampling from ``n_in``
+    to ``n_out`` samples (Keys' kernel with a = -0.75, pixel centres, clamped at the
+    borders: what ``F.interpolate(mode="bicubic", align_corners=False)`` computes)."""
+    a = -0.75
+    src = (np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5
+    left = np.floor(src)
+    t = src - left
+    near = lambda x: ((a + 2) * x - (a + 3)) * x * x + 1  # noqa: E731
+    far = lambda x: ((a * x - 5 * a) * x + 8 * a) * x - 4 * a  # noqa: E731
+    weights = np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)], axis=1)
+    taps = np.clip(left.astype(np.int64)[:, None] + np.arange(-1, 3), 0, n_in - 1)
+    return taps, weights
+
+
 def _fields(size: int, margin: int, device: torch.device) -> Tensor:
     """``(FIELDS, 1, size + margin, size + margin)`` smooth value noise in [0, 1] over the
     image (the margin is off the picture): a 5x5 grid of hashed values, bicubic-upsampled,
-    rescaled to span [0, 1] (the clutter under the parts)."""
+    rescaled to span [0, 1] (the clutter under the parts).
+
+    In float64 numpy, one IEEE operation at a time in a fixed order, not torch's bicubic
+    kernel, whose float32 sums are contracted into fused multiply-adds on some CPU
+    capabilities and not on others (other last bits without AVX2)."""
     g = uniform(derive_key(w.WORLD_SEED, 0xF1E1D), np.arange(FIELDS), _NOISE_GRID**2)
-    grid = torch.from_numpy(g.astype(np.float32)).reshape(FIELDS, 1, _NOISE_GRID, _NOISE_GRID)
-    field = F.interpolate(grid, size=(size, size), mode="bicubic", align_corners=False)
-    lo = field.amin(dim=(2, 3), keepdim=True)
-    hi = field.amax(dim=(2, 3), keepdim=True)
-    return F.pad((field - lo) / (hi - lo), (0, margin, 0, margin)).to(device)
+    field = g.reshape(FIELDS, _NOISE_GRID, _NOISE_GRID)
+    taps, weights = _bicubic(_NOISE_GRID, size)
+    for axis in (2, 1):  # along x, then along y
+        moved = np.moveaxis(field, axis, -1)
+        total = moved[..., taps[:, 0]] * weights[:, 0]
+        for k in (1, 2, 3):
+            total = total + moved[..., taps[:, k]] * weights[:, k]
+        field = np.moveaxis(total, -1, axis)
+    lo = field.min(axis=(1, 2), keepdims=True)
+    hi = field.max(axis=(1, 2), keepdims=True)
+    unit = torch.from_numpy(((field - lo) / (hi - lo)).astype(np.float32))[:, None]
+    return F.pad(unit, (0, margin, 0, margin)).to(device)
 
 
 @lru_cache(maxsize=8)
@@ -200,7 +227,7 @@ def render(
     # 1. the clutter field, between two colours of the background's brightness (the
     # canvas has a margin right and below, where windows may reach; cropped at the end)
     c0, c1 = (rearrange(c, "b c -> b c 1 1") for c in p["background"])
-    canvas = torch.addcmul(c0, bank["fields"][p["field"]], c1 - c0)
+    canvas = bank["fields"][p["field"]] * (c1 - c0) + c0  # two roundings, as on every device
     flat = rearrange(canvas, "b c h w -> b c (h w)")
     # 2. clutter fragments, then 3. the parts, one layer at a time
     for kind in ("clutter", "part"):

@@ -8,9 +8,10 @@ counter-based hash, colours, background grid, strokes, glyph boxes) and
 ``render_glyph_scenes`` draws the pixels, stage by stage. Both use the same float64 and
 float32 operations in the same order as the Python path: no fused multiply-add
 (``-ffp-contract=off``, and no vectoriser where GCC would still emit one), no fast-math,
-square roots through torch's own sqrt kernel (torch's CPU sqrt is not the correctly
-rounded one). So every image is bit-identical to the torch path, which stays the
-reference (``tests/test_data_synthetic.py`` holds the two equal).
+square roots by the CPU's correctly rounded instruction (``std::sqrt``; the reference's
+:func:`~vitscale.data.synthetic.render._sqrt`). So every image is bit-identical to the
+torch path, which stays the reference (``tests/test_data_synthetic.py`` holds the two
+equal), on every x86-64 CPU.
 
 It is compiled with ``torch.utils.cpp_extension.load_inline`` into torch's extension
 cache the first time it is needed (about 30 s, once per CPU capability and source
@@ -50,9 +51,9 @@ static inline void over(float* canvas, const float* cov, const float* colour, in
   }
 }
 
-// One stroke layer over every example. The squared distances to each segment are
-// computed here, their square roots by torch's own sqrt kernel (the reference path's
-// sqrt, which is not the correctly rounded one, so the bits match), the rest here.
+// One stroke layer over every example: the distance of each pixel to each segment
+// (std::sqrt is IEEE 754's correctly rounded square root, as the reference's), then the
+// layer's ink over the canvas.
 static void strokes(torch::Tensor& out, const torch::Tensor& segs, const torch::Tensor& counts,
                     const torch::Tensor& colour, const float* pp) {
   const int64_t B = out.size(0), S = out.size(2), N = S * S, K = segs.size(1);
@@ -79,12 +80,11 @@ static void strokes(torch::Tensor& out, const torch::Tensor& segs, const torch::
             const float px = pp[x] - ax;
             const float t = clamp01(px * a + pyc);
             const float qx = px - t * dx, qy = py - t * dy;
-            q[y * S + x] = qx * qx + qy * qy;
+            q[y * S + x] = std::sqrt(qx * qx + qy * qy);
           }
         }
       }
   });
-  dist.sqrt_();
   at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> ink(N);
     for (int64_t b = begin; b < end; ++b) {
@@ -389,7 +389,10 @@ def _build():
             name=name,
             cpp_sources=sources,
             functions=["glyph_scene_params", "render_glyph_scenes"],
-            extra_cflags=["-O3", *isa, "-fopenmp", "-ffp-contract=off", "-fno-trapping-math"],
+            extra_cflags=[
+                *("-O3", *isa, "-fopenmp", "-ffp-contract=off", "-fno-trapping-math"),
+                "-fno-math-errno",  # sqrt without a branch to set errno: the same result
+            ],
             extra_ldflags=["-fopenmp"],
             verbose=False,
         )

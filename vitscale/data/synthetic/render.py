@@ -20,9 +20,9 @@ the same scene; edges are anti-aliased over one pixel):
 
 Only the object's shape or pattern is informative (why: :mod:`.vocabulary`).
 
-Bit-exactness: only +, -, *, /, floor, min/max/clamp, abs and gathers (correctly rounded
-in torch's vectorised and scalar CPU paths) and torch's own sqrt kernel are used, so an
-image does not depend on the batch it was rendered in, nor on the number of threads.
+Bit-exactness: only operations whose result IEEE 754 specifies exactly are used (+, -, *,
+/, floor, min/max/clamp, abs, gathers and a correctly rounded square root, :func:`_sqrt`),
+so an image is the same on every x86-64 CPU, in any batch, with any number of threads.
 
 The torch operations here are the reference, and the only path for textures; glyph and
 pair scenes draw the same pixels faster through :mod:`vitscale.data.synthetic._fused`.
@@ -60,6 +60,17 @@ def _t(a: np.ndarray) -> Tensor:
 def _pixels(size: int) -> Tensor:
     """Pixel-centre coordinates in [0, 1]."""
     return (torch.arange(size, dtype=torch.float32) + 0.5) / size
+
+
+def _sqrt(t: Tensor) -> Tensor:
+    """Square root in place, correctly rounded (IEEE 754), through numpy's loop, which
+    uses the CPU's sqrt instruction. Not ``torch.sqrt``: on the CPU it calls MKL's vector
+    math (``vsSqrt``), which is accurate to one ulp rather than correctly rounded and
+    picks its kernel by CPU model, not by ``ATEN_CPU_CAPABILITY``, so an AMD EPYC and an
+    Intel Xeon return different last bits for the same input."""
+    a = t.numpy()
+    np.sqrt(a, out=a)
+    return t
 
 
 def _over(canvas: Tensor, coverage: Tensor, colour: Tensor) -> None:
@@ -163,7 +174,7 @@ def _strokes(canvas: Tensor, segs: Tensor, counts: Tensor, colour: Tensor) -> No
         px, py = x - ax, y - ay
         t = (px * (dx * inv) + py * (dy * inv)).clamp_(0.0, 1.0)
         qx, qy = px - t * dx, py - t * dy
-        dist = qx.mul_(qx).add_(qy.mul_(qy)).sqrt_()
+        dist = _sqrt(qx.mul_(qx).add_(qy.mul_(qy)))
         cov = dist.neg_().add_(reach).clamp_(0.0, 1.0)  # one-pixel anti-aliased edge
         if len(sel) == len(canvas):
             torch.maximum(ink, cov, out=ink)
@@ -219,11 +230,11 @@ def _texture_sd(kind: int, px: Tensor, py: Tensor, cx: Tensor, cy: Tensor) -> Te
         return torch.minimum(a.abs(), b.abs()) * (a * b).sign()
     if name == "polka dots":
         dx, dy = 0.5 - _tri(px), 0.5 - _tri(py)
-        return 0.3 - (dx * dx + dy * dy).sqrt_()
+        return 0.3 - _sqrt(dx * dx + dy * dy)
     if name == "grid lines":
         return 0.12 - torch.minimum(_tri(px), _tri(py))
     if name == "concentric rings":
-        return _tri((cx * cx + cy * cy).sqrt_()) - 0.25
+        return _tri(_sqrt(cx * cx + cy * cy)) - 0.25
     if name == "chevrons":
         return _tri(cy + cx.abs()) - 0.25
     if name == "concentric diamonds":
@@ -247,7 +258,7 @@ def _texture(canvas: Tensor, u: np.ndarray, labels: np.ndarray, light_bg: np.nda
     r_px = col(radius * size)
     inside = torch.where(
         col(disc.astype(np.float32)) > 0.5,
-        r_px - (rx * rx + ry * ry).sqrt(),
+        r_px - _sqrt(rx * rx + ry * ry),
         r_px - torch.maximum(rx.abs(), ry.abs()),
     )
     patch = _edge(inside)
