@@ -169,3 +169,23 @@ def test_same_pixels_at_every_cpu_capability():
         theirs = json.loads(out.stdout.splitlines()[-1])
         differ = sorted(k for k in ours if ours[k] != theirs[k])
         assert not differ, f"at capability {capability} (here {native}) other pixels: {differ}"
+
+
+# Shards written from an embedded world (PNG, lossless), read back by the shards loader:
+# its pixels, pinned as the world's are.
+SHARD_PIXELS = {
+    "synthetic-glyphs": "92282df1e975584203a34b66",
+    "scenes-count": "0df92aee5854c1e9dcdefe4a",
+}
+
+
+@pytest.mark.parametrize("world", sorted(SHARD_PIXELS))
+def test_shards_of_an_embedded_world_are_pinned(tmp_path, world):
+    from vitscale.data import build_dataset
+    from vitscale.data.shards.write import shard_dataset
+
+    shard_dataset(world, tmp_path, shard_size=16, max_examples=16, image_size=32, progress=False)
+    ds = build_dataset(f"shards:{tmp_path}", "test", image_size=32)
+    images = torch.stack([ds[i][0] for i in range(len(ds))])
+    assert len(images) == 16
+    assert hashlib.sha256(images.numpy().tobytes()).hexdigest()[:24] == SHARD_PIXELS[world]
