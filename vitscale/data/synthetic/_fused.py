@@ -316,6 +316,10 @@ _ISA_FLAGS = {
     "AVX2": ["-mavx2", "-mfma"],
 }
 
+# Beside the instruction set: no contraction into FMAs (the torch path's bits), no trapping
+# math (GCC then if-converts the clamps), no errno (a sqrt without a branch to set it).
+_CFLAGS = ("-O3", "-fopenmp", "-ffp-contract=off", "-fno-trapping-math", "-fno-math-errno")
+
 
 def kernel():
     """The compiled module (``glyph_scene_params``, ``render_glyph_scenes``), or ``None``
@@ -368,7 +372,7 @@ def _build():
     capability = torch.backends.cpu.get_cpu_capability()
     isa = _ISA_FLAGS.get(capability, [])
     sources = [_constants(), _SOURCE, _PARAMS_SOURCE]  # one file, in this order
-    digest = hashlib.sha256("\n".join([*sources, *isa]).encode()).hexdigest()[:12]
+    digest = hashlib.sha256("\n".join([*sources, *_CFLAGS, *isa]).encode()).hexdigest()[:12]
     name = f"vitscale_fused_render_{capability.lower()}_{digest}"  # a new build per change
     cpp_log = logging.getLogger("torch.utils.cpp_extension")
     level = cpp_log.level
@@ -389,10 +393,7 @@ def _build():
             name=name,
             cpp_sources=sources,
             functions=["glyph_scene_params", "render_glyph_scenes"],
-            extra_cflags=[
-                *("-O3", *isa, "-fopenmp", "-ffp-contract=off", "-fno-trapping-math"),
-                "-fno-math-errno",  # sqrt without a branch to set errno: the same result
-            ],
+            extra_cflags=[*_CFLAGS, *isa],
             extra_ldflags=["-fopenmp"],
             verbose=False,
         )
