@@ -92,6 +92,23 @@ def test_impossible_combinations():
     )
 
 
+def test_bits_head_rules_are_the_models_own():
+    """A config asking BiT for a head it has no part for is rejected before anything runs,
+    in the words create_model uses for the same call (one owner: catalog.head_problems)."""
+    from vitscale.models import create_model
+
+    model = {"name": "BiT-R11x0.5", "dropout": 0.0, "pool": "token", "pre_logits": True}
+    problems = _problems(tiny_config(model=model))
+    assert problems == [
+        "model.pool: BiT ResNets pool by global average only; valid: 'gap'",
+        "model.pre_logits: BiT has no pre-logits layer; valid: null, false",
+    ]
+    with pytest.raises(ValueError) as e:
+        create_model("BiT-R11x0.5", num_classes=3, image_size=32, pool="token")
+    assert str(e.value) == f"BiT-R11x0.5: {problems[0].removeprefix('model.')}"
+    resolve(tiny_config(model=model | {"name": "ViT-Pico/4"}))  # a ViT has both: no problem
+
+
 def test_overrides_parse_values_as_yaml():
     cfg = resolve(
         tiny_config(), overrides=["train.steps=30", "optim.lr=3e-4", "eval.fewshot.shots=[1, 5]"]

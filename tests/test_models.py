@@ -161,7 +161,8 @@ def test_load_state_dict_across_resolutions(name):
         (dict(name="EfficientNet-B0"), "valid forms"),
         (dict(name="ViT-B/16", head="linear"), "valid: 'pretrain', 'finetune'"),
         (dict(name="ViT-B/16", pool="max"), "valid: 'token', 'gap'"),
-        (dict(name="BiT-R50x1", pool="token"), "valid pool: 'gap'"),
+        (dict(name="BiT-R50x1", pool="token"), "pool by global average only; valid: 'gap'"),
+        (dict(name="BiT-R50x1", pre_logits=True), "no pre-logits layer; valid: null, false"),
     ],
 )
 def test_clear_errors(kwargs, match):

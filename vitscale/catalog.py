@@ -261,6 +261,20 @@ def check_resolution(spec: ModelSpec, image_size: int) -> None:
         )
 
 
+def head_problems(spec: ModelSpec, *, pool: str | None, pre_logits: bool | None) -> list[str]:
+    """Head settings the architecture has no such part for, each as ``"key: why"``: BiT's
+    one head is global average pooling straight into the classifier (Kolesnikov et al.
+    2020). The config's rules and ``create_model`` both say these."""
+    if not isinstance(spec, ResNetSpec):
+        return []
+    problems = []
+    if pool not in (None, "gap"):
+        problems.append("pool: BiT ResNets pool by global average only; valid: 'gap'")
+    if pre_logits:
+        problems.append("pre_logits: BiT has no pre-logits layer; valid: null, false")
+    return problems
+
+
 def smallest_resolution(name: str, *, at_least: int = 32) -> int:
     """The smallest resolution of at least ``at_least`` px that the model tiles exactly
     (a hybrid: twice its downsampling), for real forward passes that must stay cheap

@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ..catalog import check_resolution, parse
+from ..catalog import check_resolution, head_problems, parse
 from ..published import published_compute
 from .counts import cooldown_start, parse_count, parse_subset, subset_size
 from .schema import Config, Section
@@ -60,11 +60,8 @@ def _model(cfg: Config) -> list[str]:
                 check_resolution(spec, size)
         except ValueError as e:
             problems.append(f"{key}: {e}")
-    if spec.family == "ResNet" and cfg.model.pool == "token":
-        problems.append("model.pool: BiT ResNets pool by global average only; valid: 'gap'")
-    if spec.family == "ResNet" and cfg.model.pre_logits:
-        problems.append("model.pre_logits: BiT has no pre-logits layer; valid: null, false")
-    return problems
+    heads = head_problems(spec, pool=cfg.model.pool, pre_logits=cfg.model.pre_logits)
+    return problems + [f"model.{problem}" for problem in heads]
 
 
 def _published(cfg: Config) -> list[str]:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from ..catalog import HybridSpec, ResNetSpec, ViTSpec, check_resolution, parse
+from ..catalog import HybridSpec, ResNetSpec, ViTSpec, check_resolution, head_problems, parse
 from .pretrained import (
     Checkpoint,
     PretrainedError,
@@ -60,15 +60,9 @@ def create_model(
         raise ValueError(f"unknown pool {pool!r}; valid: {', '.join(map(repr, POOLS))}")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    if problems := head_problems(spec, pool=pool, pre_logits=pre_logits):
+        raise ValueError(f"{spec.name}: {problems[0]}")
     if isinstance(spec, ResNetSpec):
-        if pre_logits:
-            raise ValueError(
-                f"{spec.name}: BiT has no pre-logits layer; valid pre_logits: None, False"
-            )
-        if pool not in (None, "gap"):
-            raise ValueError(
-                f"{spec.name}: BiT ResNets pool by global average only; valid pool: 'gap'"
-            )
         return ResNetV2(spec=spec, num_classes=num_classes, head=head)
 
     vit: ViTSpec = spec.vit if isinstance(spec, HybridSpec) else spec
