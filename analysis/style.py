@@ -26,11 +26,10 @@ from matplotlib.colors import to_hex, to_rgb  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from vitscale.catalog import VIT_SIZES, list_models, model_columns  # noqa: E402
+from vitscale.catalog import FAMILIES, VIT_SIZES, list_models, model_columns  # noqa: E402
 
 # Okabe-Ito-like colour-blind palette (seaborn "colorblind").
 PALETTE: list[str] = sns.color_palette("colorblind").as_hex()
-FAMILIES = ("ViT", "ResNet", "Hybrid")  # paper order (Table 6)
 # One colour per family in every figure (paper Figs. 3-5): ViT blue, ResNet orange, hybrid
 # green; Mixer (the JFT curves) purple; any other family grey.
 FAMILY_COLORS = dict(

@@ -263,3 +263,20 @@ def test_upstream_top1_reads_the_sample(tmp_path):
     test = build_dataset("synthetic", "test", image_size=32)
     assert evaluator.upstream.indices == evaluation_sample(len(test), 40, seed=cfg.seed)
     assert evaluator.upstream.indices != list(range(40))
+
+
+@pytest.mark.parametrize(
+    "model, on_gpu", [("BiT-R11x0.5", True), ("R50x1+ViT-S/16", True), ("ViT-Pico/4", False)]
+)
+def test_channels_last_by_default_where_a_convolution_trunk_runs_on_a_gpu(model, on_gpu):
+    import torch
+
+    from vitscale.train.speed import channels_last_for
+
+    cfg = resolve(tiny_config(model={"name": model}, data={"image_size": 64}))
+    assert channels_last_for(cfg, device=torch.device("cuda")) is on_gpu
+    assert channels_last_for(cfg, device=torch.device("cpu")) is False
+    forced = resolve(
+        tiny_config(model={"name": model}, data={"image_size": 64}, train={"channels_last": True})
+    )
+    assert channels_last_for(forced, device=torch.device("cpu")) is True

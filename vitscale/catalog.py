@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
+from typing import ClassVar, get_args
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,8 @@ class ViTSpec:
     mlp_dim: int
     heads: int
 
-    family = "ViT"
+    family: ClassVar[str] = "ViT"
+    convolutional: ClassVar[bool] = False  # a convolution trunk (channels-last pays on a GPU)
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,8 @@ class ResNetSpec:
     layers: tuple[int, ...]
     preact: bool = True
 
-    family = "ResNet"
+    family: ClassVar[str] = "ResNet"
+    convolutional: ClassVar[bool] = True
 
     @property
     def stem_channels(self) -> int:
@@ -134,7 +137,8 @@ class HybridSpec:
     resnet: ResNetSpec
     vit: ViTSpec
 
-    family = "Hybrid"
+    family: ClassVar[str] = "Hybrid"
+    convolutional: ClassVar[bool] = True
 
     @property
     def downsample(self) -> int:
@@ -142,6 +146,7 @@ class HybridSpec:
 
 
 ModelSpec = ViTSpec | ResNetSpec | HybridSpec
+FAMILIES: tuple[str, ...] = tuple(spec.family for spec in get_args(ModelSpec))  # Table 6's order
 
 _NUM = r"\d+(?:\.\d+)?"
 _VIT_RE = re.compile(r"ViT-(?P<size>[A-Za-z]+)/(?P<patch>\d+)")
@@ -308,9 +313,8 @@ def list_models(family: str | None = None) -> list[str]:
             names.append(f"R50x1+ViT-{size}/{ds}")
     if family is None:
         return names
-    valid = ("ViT", "ResNet", "Hybrid")
-    if family not in valid:
-        raise ValueError(f"unknown family {family!r}; valid: {_choices(valid)}")
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; valid: {_choices(FAMILIES)}")
     return [n for n in names if parse(n).family == family]
 
 

@@ -14,7 +14,7 @@ import os
 import torch
 
 from .. import memory
-from ..catalog import family
+from ..catalog import parse
 from ..config import Config, ConfigError
 from ..data.shards import decode_on_device
 from ..data.workers import auto_num_workers
@@ -104,7 +104,7 @@ def _fit(per_process: int, device: torch.device, *, what: str, **estimate) -> in
 def channels_last_for(cfg: Config, *, device: torch.device) -> bool:
     if cfg.train.channels_last is not None:
         return cfg.train.channels_last
-    return device.type == "cuda" and family(cfg.model.name) in ("ResNet", "Hybrid")
+    return device.type == "cuda" and parse(cfg.model.name).convolutional
 
 
 def compile_model(model: torch.nn.Module, setting: bool | str) -> torch.nn.Module:

@@ -197,7 +197,7 @@ def _tags(config: dict) -> list[str]:
         tags.append(f"size:{vit.size}")
         if spec.family == "ViT":
             tags.append(f"patch:{vit.patch}")
-    if spec.family in ("ResNet", "Hybrid"):
+    if spec.convolutional:
         resnet = getattr(spec, "resnet", spec)
         tags.append(f"resnet:R{resnet.depth}x{resnet.width}")
     tags.append(f"subset:{config['data']['subset']}")

@@ -47,9 +47,10 @@ class Study:
     @property
     def models(self) -> list[str]:
         """Model names in a stable order: family, then name."""
-        order = {"ViT": 0, "ResNet": 1, "Hybrid": 2}
+        from ..catalog import FAMILIES
+
         fam = {c.model: c.family for c in self.cells}
-        return sorted(fam, key=lambda m: (order.get(fam[m], 9), m))
+        return sorted(fam, key=lambda m: (FAMILIES.index(fam[m]), m))
 
 
 def _cell(config: Mapping[str, Any], cell_id: str, status: str | None) -> CellInfo:
