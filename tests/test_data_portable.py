@@ -95,13 +95,14 @@ def test_the_scenes_field_is_torchs_bicubic_upsampling(size):
 # Torch functions whose result is the same bits on every CPU: each output element is one
 # correctly rounded IEEE operation (or exact: comparisons, min/max, abs, sign, floor, moves).
 _EXACT = {
+    # arithmetic, each element one IEEE operation, or exact
     *("add", "add_", "sub", "sub_", "mul", "mul_", "div", "__rdiv__", "__rsub__", "neg_"),
     *("abs", "abs_", "sign", "floor", "clamp_", "maximum", "minimum", "max", "gt", "where"),
+    # making, moving and indexing tensors
     *("arange", "empty", "zeros", "zeros_like", "reshape", "view", "permute", "expand"),
-    *("flatten", "contiguous", "unbind", "unsqueeze", "__getitem__", "__setitem__", "gather"),
-    "scatter_",
-    *("index_select", "index_copy_", "nonzero", "pad", "to", "long", "numpy", "any"),
-    *("__len__", "__bool__", "__int__", "dim", "device", "__get__"),
+    *("flatten", "contiguous", "unbind", "unsqueeze", "__getitem__", "__setitem__"),
+    *("gather", "scatter_", "index_select", "index_copy_", "nonzero", "pad", "to", "long"),
+    *("numpy", "any", "__len__", "__bool__", "__int__", "dim", "device", "__get__"),
     # the scenes' sprites: nearest-neighbour copies of 0/1 bitmaps, then the mean of 64 of
     # them, which is exact in any order of summation
     *("interpolate(nearest)", "avg_pool2d"),
@@ -119,7 +120,7 @@ _NOT_PORTABLE = {
 _NOT_PORTABLE["sqrt_"] = _NOT_PORTABLE["sqrt"]
 _NOT_PORTABLE["interpolate(bilinear)"] = _NOT_PORTABLE["interpolate(bicubic)"]
 for _op in ("exp", "log", "sin", "cos", "tanh", "erf", "pow", "sigmoid", "rsqrt"):
-    _NOT_PORTABLE[_op] = "MKL's vector math or SLEEF: accurate to an ulp or so, by CPU"
+    _NOT_PORTABLE[_op] = "a library kernel (MKL's vector math, SLEEF): not correctly rounded"
 for _op in ("sum", "mean", "matmul", "einsum", "conv2d", "cumsum"):
     _NOT_PORTABLE[_op] = "a sum whose order follows the vector width and the threads"
 
