@@ -343,46 +343,61 @@ def render(
     indices = np.asarray(indices, dtype=np.int64)
     key = derive_key(WORLD_SEED, task.stream, _SPLIT_STREAM[split])
     images = torch.empty(len(indices), 3, image_size, image_size)
-    chunk = max(_CHUNK_PIXELS // image_size**2, 1)
-    i0, w = _lerp_weights(image_size, sc.NOISE_GRID)
-    pix = _pixels(image_size)
-    pix_px = pix * image_size
+    step = max(_CHUNK_PIXELS // image_size**2, 1)
+    chunks = [slice(i, i + step) for i in range(0, len(indices), step)]
     module = _fused.kernel() if fused and task.kind != "texture" else None
-    if module is not None:  # glyph and pair scenes, parameters and pixels in C++
-        classes = np.asarray(task.pairs if task.kind == "pair" else task.glyphs, dtype=np.int64)
-        bank = glyph_bank(max(task.glyphs) + 1).astype(np.float32)
-        scale = sc.PAIR_SCALE if task.kind == "pair" else sc.GLYPH_SCALE
-        for start in range(0, len(indices), chunk):
-            params = module.glyph_scene_params(
-                key - (1 << 64) if key >= 1 << 63 else key,  # the uint64 key's bits, signed
-                torch.from_numpy(indices[start : start + chunk]),
-                image_size,
-                task.kind == "pair",
-                torch.from_numpy(classes),
-                torch.from_numpy(bank),
-                *scale,
-            )
-            module.render_glyph_scenes(
-                images[start : start + chunk], params[0], i0, w, pix, pix_px, *params[1:]
-            )
-        return Batch(images=images, targets=torch.from_numpy(indices % task.num_classes))
-    for start in range(0, len(indices), chunk):
-        idx = indices[start : start + chunk]
+    if module is not None:
+        _draw_fused(images, task, key, indices, chunks, module)
+    else:
+        _draw_torch(images, task, key, indices, chunks)
+    return Batch(images=images, targets=torch.from_numpy(indices % task.num_classes))
+
+
+def _draw_fused(
+    images: Tensor, task: SyntheticTask, key: int, indices: np.ndarray, chunks: list[slice], module
+) -> None:
+    """Glyph or pair scenes into ``images``, chunk by chunk, parameters and pixels in C++
+    (:mod:`._fused`)."""
+    size = images.shape[-1]
+    classes = torch.from_numpy(
+        np.asarray(task.pairs if task.kind == "pair" else task.glyphs, dtype=np.int64)
+    )
+    bank = torch.from_numpy(glyph_bank(max(task.glyphs) + 1).astype(np.float32))
+    scale = sc.PAIR_SCALE if task.kind == "pair" else sc.GLYPH_SCALE
+    signed_key = key - (1 << 64) if key >= 1 << 63 else key  # the uint64 key's bits, signed
+    i0, w = _lerp_weights(size, sc.NOISE_GRID)
+    pix = _pixels(size)
+    pix_px = pix * size
+    for chunk in chunks:
+        idx = torch.from_numpy(indices[chunk])
+        params = module.glyph_scene_params(
+            signed_key, idx, size, task.kind == "pair", classes, bank, *scale
+        )
+        module.render_glyph_scenes(images[chunk], params[0], i0, w, pix, pix_px, *params[1:])
+
+
+def _draw_torch(
+    images: Tensor, task: SyntheticTask, key: int, indices: np.ndarray, chunks: list[slice]
+) -> None:
+    """Scenes into ``images``, chunk by chunk, by torch operations (the reference; the
+    textures' only path)."""
+    size = images.shape[-1]
+    for chunk in chunks:
+        idx = indices[chunk]
         u = uniform(key, idx, sc.NUM_FIELDS)
         labels = idx % task.num_classes
         light_bg = u[:, sc.POLARITY][:, 0] < 0.5
         grid = _background_grid(u, light_bg)
-        behind, front = (_stroke_layer(u, light_bg, image_size, f) for f in (False, True))
-        canvas = _upsample(grid, image_size)
+        behind, front = (_stroke_layer(u, light_bg, size, f) for f in (False, True))
+        canvas = _upsample(grid, size)
         _strokes(canvas, *behind)
         if task.kind == "texture":
             _texture(canvas, u, labels, light_bg)
         else:
-            for layer in _glyph_layers(task, u, labels, light_bg, image_size):
+            for layer in _glyph_layers(task, u, labels, light_bg, size):
                 _glyph(canvas, *layer)
         _strokes(canvas, *front)
-        images[start : start + chunk] = canvas.clamp_(0.0, 1.0).mul_(2.0).sub_(1.0)
-    return Batch(images=images, targets=torch.from_numpy(indices % task.num_classes))
+        images[chunk] = canvas.clamp_(0.0, 1.0).mul_(2.0).sub_(1.0)
 
 
 class SyntheticImages(RenderedSplit):
