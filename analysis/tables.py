@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from vitscale.catalog import FAMILIES
 from vitscale.record import finetune_key
 
 from . import metrics as M
 from .figures._data import finished
 from .paper import AVERAGE_5, AVERAGE_5_DATASETS
-from .style import FAMILIES
 
 KEYS = ("model", "family", "pretrain_dataset", "num_examples", "epochs")
 PAPER = " (paper)"

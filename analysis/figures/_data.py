@@ -12,6 +12,7 @@ from matplotlib.font_manager import FontProperties
 from matplotlib.textpath import TextToPath
 from matplotlib.ticker import FuncFormatter, Locator, NullFormatter
 
+from vitscale.catalog import FAMILIES
 from vitscale.record import STATUS_DONE
 from vitscale.record.cells import metric_columns
 
@@ -61,7 +62,7 @@ def hue_order(frame: pd.DataFrame, hue: str) -> list:
     """The values of ``hue`` in display order: models and families in paper order, else
     numbers ascending, then the rest by name."""
     if hue == "family":
-        known = [f for f in style.FAMILIES if f in set(frame["family"])]
+        known = [f for f in FAMILIES if f in set(frame["family"])]
         return known + sorted(set(frame["family"]) - set(known), key=str)
     if hue == "model":
         families = dict(zip(frame["model"], frame["family"], strict=True))
