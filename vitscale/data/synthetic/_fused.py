@@ -309,8 +309,7 @@ _state: dict[str, object] = {}
 
 # Instruction sets per torch CPU capability (torch.backends.cpu.get_cpu_capability()): a
 # cached build is named after its capability, so a shared home directory never hands a
-# node a binary its CPU cannot run. FMA units are enabled but never used for a * b + c
-# (``-ffp-contract=off``): the bits stay those of the torch path.
+# node a binary its CPU cannot run. FMA units are enabled, never used (_CFLAGS).
 _ISA_FLAGS = {
     "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx2", "-mfma"],
     "AVX2": ["-mavx2", "-mfma"],

@@ -359,20 +359,17 @@ def _draw_fused(
     """Glyph or pair scenes into ``images``, chunk by chunk, parameters and pixels in C++
     (:mod:`._fused`)."""
     size = images.shape[-1]
-    classes = torch.from_numpy(
-        np.asarray(task.pairs if task.kind == "pair" else task.glyphs, dtype=np.int64)
-    )
+    pair = task.kind == "pair"
+    classes = torch.from_numpy(np.asarray(task.pairs if pair else task.glyphs, dtype=np.int64))
     bank = torch.from_numpy(glyph_bank(max(task.glyphs) + 1).astype(np.float32))
-    scale = sc.PAIR_SCALE if task.kind == "pair" else sc.GLYPH_SCALE
+    scale = sc.PAIR_SCALE if pair else sc.GLYPH_SCALE
     signed_key = key - (1 << 64) if key >= 1 << 63 else key  # the uint64 key's bits, signed
     i0, w = _lerp_weights(size, sc.NOISE_GRID)
     pix = _pixels(size)
     pix_px = pix * size
     for chunk in chunks:
         idx = torch.from_numpy(indices[chunk])
-        params = module.glyph_scene_params(
-            signed_key, idx, size, task.kind == "pair", classes, bank, *scale
-        )
+        params = module.glyph_scene_params(signed_key, idx, size, pair, classes, bank, *scale)
         module.render_glyph_scenes(images[chunk], params[0], i0, w, pix, pix_px, *params[1:])
 
 
