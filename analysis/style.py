@@ -26,18 +26,17 @@ from matplotlib.colors import to_hex, to_rgb  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from vitscale.catalog import FAMILIES, VIT_SIZES, list_models, model_columns  # noqa: E402
+from vitscale.catalog import FAMILIES, list_models, model_columns  # noqa: E402
+from vitscale.families.vit import VIT_SIZES  # noqa: E402
 
 # Okabe-Ito-like colour-blind palette (seaborn "colorblind").
 PALETTE: list[str] = sns.color_palette("colorblind").as_hex()
-# One colour per family in every figure (paper Figs. 3-5): ViT blue, ResNet orange, hybrid
-# green; Mixer (the JFT curves) purple; any other family grey.
-FAMILY_COLORS = dict(
-    zip((*FAMILIES, "Mixer"), (PALETTE[0], PALETTE[1], PALETTE[2], PALETTE[4]), strict=True)
-)
+# One colour per family in every figure, in the registry's order (paper Figs. 3-5): ViT
+# blue, ResNet orange, hybrid green, Mixer purple; any other
+# family grey. Fig. 4: ViT solid, ResNet dashed, hybrids dash-dotted, Mixers dotted.
+FAMILY_COLORS = dict(zip(FAMILIES, [PALETTE[i] for i in (0, 1, 2, 4, 5, 6, 7, 8, 9)], strict=False))
 OTHER_COLOR = "#666666"
-# Fig. 4: ViT solid, ResNet dashed; hybrids dash-dotted.
-FAMILY_LINESTYLES = {"ViT": "-", "ResNet": "--", "Hybrid": "-."}
+FAMILY_LINESTYLES = dict(zip(FAMILIES, ("-", "--", "-.", ":"), strict=False))
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "p", "h", "<", ">", "d", "8", "H")
 FORMATS = ("png", "pdf")
 

@@ -100,8 +100,8 @@ def test_bits_head_rules_are_the_models_own():
     model = {"name": "BiT-R11x0.5", "dropout": 0.0, "pool": "token", "pre_logits": True}
     problems = _problems(tiny_config(model=model))
     assert problems == [
-        "model.pool: BiT ResNets pool by global average only; valid: 'gap'",
-        "model.pre_logits: BiT has no pre-logits layer; valid: null, false",
+        "model.pool: ResNet models pool by global average only; valid: 'gap'",
+        "model.pre_logits: ResNet has no pre-logits layer; valid: null, false",
     ]
     with pytest.raises(ValueError) as e:
         create_model("BiT-R11x0.5", num_classes=3, image_size=32, pool="token")

@@ -12,6 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from vitscale import flops
 from vitscale.catalog import list_models, parse
 from vitscale.cli import main
+from vitscale.families.base import _valid_taps
 from vitscale.models import create_model
 from vitscale.paper import table6
 
@@ -95,7 +96,7 @@ def test_valid_taps_by_brute_force():
             if out < 1:
                 continue
             brute = sum(0 <= o * stride - pad + t < size for o in range(out) for t in range(k))
-            assert flops._valid_taps(size, k, stride, pad, out) == brute
+            assert _valid_taps(size, k, stride, pad, out) == brute
 
 
 def test_table6_rows_within_tolerance_except_the_flagged():
@@ -106,7 +107,7 @@ def test_table6_rows_within_tolerance_except_the_flagged():
     assert flagged == {("ViT-B/32", 7), ("R50x1+ViT-L/16", 7)}
     for r in rows:
         if not r.flag:
-            assert abs(r.rel_error) <= flops.TOLERANCE[r.family], r
+            assert abs(r.rel_error) <= parse(r.model).tolerance, r
     hybrid = next(r for r in rows if r.model == "R50x1+ViT-L/16" and r.epochs == 7)
     assert "implies 834" in hybrid.flag
 

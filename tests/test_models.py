@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vitscale.catalog import VIT_SIZES, ViTSpec, list_models, parse
+from vitscale.catalog import list_models, parse
+from vitscale.families.vit import VIT_SIZES, ViTSpec
 from vitscale.flops import count
 from vitscale.models import create_model, resize_pos_embed
 from vitscale.models.vit import Attention, reference_attention

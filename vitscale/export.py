@@ -22,12 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import record as rf
-from .catalog import HybridSpec, ResNetSpec, ViTSpec, parse
+from .catalog import parse
 
 FORMATS = {"timm": "pytorch_model.bin", "safetensors": "model.safetensors"}
 # timm's registered BiT ports (resnetv2_<depth>x<width>_bit): the only ResNets it can build.
-TIMM_BIT = {(50, 1), (50, 3), (101, 1), (101, 3), (152, 2), (152, 4)}
-TIMM_HYBRID = {16: "vit_base_r50_s16_224", 32: "vit_large_r50_s32_224"}  # trunk (3,4,9) / (3,4,6,3)
 NORMALISE = {
     "mean": [0.5, 0.5, 0.5],
     "std": [0.5, 0.5, 0.5],
@@ -49,33 +47,10 @@ class Export:
 
 def timm_config(name: str, *, image_size: int, pool: str | None) -> tuple[str, dict]:
     """``(timm architecture, model_args)`` that build ``name`` in timm."""
-    spec = parse(name)
-    if isinstance(spec, ResNetSpec):
-        key = (spec.depth, spec.width)
-        if spec.width.denominator != 1 or key not in TIMM_BIT:
-            ports = ", ".join(f"R{d}x{w}" for d, w in sorted(TIMM_BIT))
-            raise ExportError(
-                f"timm has no architecture that builds {spec.name} (its BiT ports: {ports})"
-            )
-        return f"resnetv2_{spec.depth}x{spec.width}_bit", {}
-    vit = spec.vit if isinstance(spec, HybridSpec) else spec
-    assert isinstance(vit, ViTSpec)
-    args = {
-        "img_size": image_size,
-        "embed_dim": vit.width,
-        "depth": vit.depth,
-        "num_heads": vit.heads,
-        "mlp_ratio": vit.mlp_dim / vit.width,
-        "act_layer": "gelu_tanh",  # flax's nn.gelu, the official models' (timm: exact erf)
-        "class_token": pool != "gap",
-        "global_pool": "avg" if pool == "gap" else "token",
-        "fc_norm": False,  # the official GAP reads the encoder's final LayerNorm
-    }
-    if isinstance(spec, HybridSpec):
-        if spec.resnet.width != 1:
-            raise ExportError(f"timm's hybrids have an R50x1 trunk; {spec.name} has another")
-        return TIMM_HYBRID[spec.downsample], args
-    return "vit_base_patch16_224", args | {"patch_size": spec.patch}
+    try:
+        return parse(name).timm(image_size=image_size, pool=pool)
+    except ValueError as e:
+        raise ExportError(str(e)) from None
 
 
 def _latest_state(run_dir: Path) -> tuple[dict, int]:
@@ -123,9 +98,9 @@ def export_run(
     config = rf.read_json(run_dir / rf.CONFIG)
     name = config["model"]["name"]
     image_size = int(config["data"]["image_size"])
-    family = parse(name).family
+    spec = parse(name)
     state, step = _latest_state(run_dir)
-    pool = None if family == "ResNet" else ("token" if "cls_token" in state else "gap")
+    pool = None if spec.pools == ("gap",) else ("token" if "cls_token" in state else "gap")
 
     note = ""
     head = {k for k in state if k.startswith("head.")}
@@ -139,7 +114,7 @@ def export_run(
         int(state["head.classifier.weight"].shape[0]) if "head.classifier.weight" in state else 0
     )
     architecture, model_args = timm_config(name, image_size=image_size, pool=pool)
-    weights = from_vitscale(state, family)
+    weights = from_vitscale(state, spec.family)
 
     target = Path(out) if out is not None else run_dir / f"export-{fmt}"
     if target.exists() and not force:

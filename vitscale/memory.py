@@ -11,8 +11,8 @@ it, :mod:`vitscale.train.speed`). Per process::
   (8), SGD with momentum one (4); ``DistributedDataParallel`` copies the gradients into
   its buckets (Accelerate's default ``gradient_as_bucket_view=False``: 4 more).
 - activations: every tensor autograd saves for the backward pass at the micro-batch,
-  counted layer by layer from :mod:`vitscale.catalog` as the modules in
-  :mod:`vitscale.models` save them, in the dtypes autocast gives them; plus the weight
+  counted layer by layer by each family's spec (:mod:`vitscale.families`) as the modules
+  in :mod:`vitscale.models` save them, in the dtypes autocast gives them; plus the weight
   copies the forward keeps (autocast's bf16 casts; BiT's standardised kernels) and the
   loss's logits. Under CUDA autocast bf16, matmul and convolution inputs are saved in
   bf16, LayerNorm and GroupNorm run in fp32 (so a BiT unit keeps fp32 norm inputs and
@@ -34,14 +34,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .catalog import HybridSpec, ResNetSpec, ViTSpec, check_resolution, parse, same_padding
+from .catalog import check_resolution, parse
+from .families.base import Dtypes, Saved
 from .flops import count
 
 GiB = 2**30
 PRECISIONS = ("fp32", "bf16")
 DEVICES = ("cuda", "cpu")
 OPTIMIZERS = {"adamw": 8, "sgd": 4}  # bytes of optimiser state per parameter
-GN_GROUPS = 32
 # What a GPU's memory holds besides the tensors torch allocates (CUDA context, NCCL
 # buffers, the caching allocator's fragmentation): a cell must fit the rest.
 USABLE_FRACTION = 0.90
@@ -87,226 +87,15 @@ class MemoryEstimate:
 # --------------------------------------------------------------------------- activations
 
 
-@dataclass(frozen=True)
-class _Dtypes:
-    compute: int  # what a matmul or convolution saves of its input (autocast's cast copy)
-    norm: int  # GroupNorm's saved input and its output
-    mask: int | None  # a dropout mask element; None: the dropped tensor's dtype
-
-
-def _dtypes(precision: str, device: str) -> _Dtypes:
+def _dtypes(precision: str, device: str) -> Dtypes:
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; valid: {', '.join(PRECISIONS)}")
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r}; valid: {', '.join(DEVICES)}")
     mask = 1 if device == "cuda" else None
     if precision == "fp32":
-        return _Dtypes(compute=4, norm=4, mask=mask)
-    return _Dtypes(compute=2, norm=4 if device == "cuda" else 2, mask=mask)
-
-
-class _Saved:
-    """Saved tensors: bytes per example, bytes once per forward (weight copies), the largest."""
-
-    def __init__(self) -> None:
-        self.per_example = 0
-        self.constant = 0
-        self.largest = 0
-
-    def act(self, elements: int, nbytes: int) -> None:
-        size = elements * nbytes
-        self.per_example += size
-        self.largest = max(self.largest, size)
-
-    def gn_stats(self) -> None:  # GroupNorm's mean and rstd per (example, group), fp32
-        self.act(2 * GN_GROUPS, 4)
-
-    def weight_copy(self, elements: int, nbytes: int) -> None:
-        self.constant += elements * nbytes
-
-
-def _conv_out(size: int, k: int, stride: int, pad: int) -> int:
-    return (size + 2 * pad - k) // stride + 1
-
-
-def _std_conv(s: _Saved, cin: int, cout: int, k: int, b: _Dtypes) -> None:
-    """A weight-standardised kernel: the standardised weight (fp32) or its bf16 cast is
-    saved by the convolution, the standardisation's mean and inverse std by batch norm."""
-    s.weight_copy(k * k * cin * cout, b.compute)
-    s.weight_copy(2 * cout, 4)
-
-
-def _same_std_conv(s: _Saved, cin: int, cout: int, k: int, b: _Dtypes) -> None:
-    """The hybrid's kernel, ``(w - mean) / (std + eps)``: the division keeps the centred
-    kernel (fp32) and the per-channel divisor, the square root its result, the
-    convolution the standardised kernel (or its bf16 cast)."""
-    s.weight_copy(k * k * cin * cout, 4)
-    s.weight_copy(2 * cout, 4)
-    s.weight_copy(k * k * cin * cout, b.compute)
-
-
-def _same_conv_input(
-    s: _Saved, channels: int, size: int, k: int, stride: int, *, b: _Dtypes, kept: bool
-) -> None:
-    """What a "SAME" convolution keeps of a ``channels x size x size`` input in GN's dtype
-    (``kept``: a layer before keeps that input already): the padded copy when it pads,
-    else the input's cast under autocast, else the input itself unless already kept."""
-    pad = sum(same_padding(size, k, stride))
-    if pad or b.compute != b.norm or not kept:
-        s.act(channels * (size + pad) ** 2, b.compute)
-
-
-def _bit(s: _Saved, spec: ResNetSpec, size: int, b: _Dtypes) -> int:
-    """BiT ResNet-v2 trunk and final GN-ReLU; returns its output channels."""
-    c, g = b.compute, b.norm
-    stem = spec.stem_channels
-    s.act(3 * size * size, c)  # the image (its bf16 cast under autocast)
-    _std_conv(s, 3, stem, 7, b)
-    size = _conv_out(size, 7, 2, 3)
-    s.act(stem * (size + 2) ** 2, c)  # max-pool input: the stem output, zero-padded by 1
-    size = _conv_out(size + 2, 3, 2, 0)
-    s.act(stem * size * size, 8)  # max-pool indices, int64
-    cin = stem
-    for units, (mid, cout, stride) in zip(spec.layers, spec.stage_channels(), strict=True):
-        for i in range(units):
-            st = stride if i == 0 else 1
-            project = st != 1 or cin != cout
-            out = _conv_out(size, 3, st, 1)
-            # GN-ReLU-conv three times; GN keeps its input, ReLU its output (both in GN's
-            # dtype); a conv keeps the bf16 cast of its input when that dtype differs.
-            for channels, z, convs in (
-                (cin, size, 2 if project else 1),
-                (mid, size, 1),
-                (mid, out, 1),
-            ):
-                s.act(channels * z * z, g)
-                s.gn_stats()
-                s.act(channels * z * z, g)
-                if c != g:
-                    for _ in range(convs):
-                        s.act(channels * z * z, c)
-            _std_conv(s, cin, mid, 1, b)
-            _std_conv(s, mid, mid, 3, b)
-            _std_conv(s, mid, cout, 1, b)
-            if project:
-                _std_conv(s, cin, cout, 1, b)
-            size, cin = out, cout
-    s.act(cin * size * size, g)  # final GN input
-    s.gn_stats()
-    s.act(cin * size * size, g)  # its ReLU
-    return cin
-
-
-def _hybrid_trunk(s: _Saved, spec: ResNetSpec, size: int, b: _Dtypes) -> tuple[int, int]:
-    """The hybrid's post-activation trunk with TF "SAME" padding; returns (channels, size)
-    of its feature map."""
-    c, g = b.compute, b.norm
-    stem = spec.stem_channels
-    s.act(3 * (size + sum(same_padding(size, 7, 2))) ** 2, c)  # the padded image (cast)
-    _same_std_conv(s, 3, stem, 7, b)
-    size = -(-size // 2)
-    s.act(stem * size * size, g)  # GN input
-    s.gn_stats()
-    s.act(stem * size * size, g)  # ReLU output
-    s.act(stem * (size + sum(same_padding(size, 3, 2))) ** 2, g)  # max-pool's padded input
-    size = -(-size // 2)
-    s.act(stem * size * size, 8)  # max-pool indices
-    cin, kept = stem, False  # the max-pool's output is kept by nothing yet
-    for units, (mid, cout, stride) in zip(spec.layers, spec.stage_channels(), strict=True):
-        for i in range(units):
-            st = stride if i == 0 else 1
-            project = st != 1 or cin != cout
-            out = -(-size // st)
-            # conv1 (and the projection's conv) on the unit's input: a cast each under
-            # autocast (no padding for 1x1), else the input itself unless a ReLU keeps it.
-            _same_conv_input(s, cin, size, 1, 1, b=b, kept=kept)
-            if project:
-                if c != g:
-                    _same_conv_input(s, cin, size, 1, st, b=b, kept=kept)
-                s.act(cout * out * out, g)  # the projection's GN input
-                s.gn_stats()
-            for channels, z, k, conv_stride in ((mid, size, 3, st), (mid, out, 1, 1)):
-                s.act(channels * z * z, g)  # GN input
-                s.gn_stats()
-                s.act(channels * z * z, g)  # ReLU output
-                _same_conv_input(s, channels, z, k, conv_stride, b=b, kept=True)
-            s.act(cout * out * out, g)  # conv3's GN input
-            s.gn_stats()
-            s.act(cout * out * out, g)  # ReLU(GN + shortcut): the next unit's input
-            _same_std_conv(s, cin, mid, 1, b)
-            _same_std_conv(s, mid, mid, 3, b)
-            _same_std_conv(s, mid, cout, 1, b)
-            if project:
-                _same_std_conv(s, cin, cout, 1, b)
-            size, cin, kept = out, cout, True
-    return cin, size
-
-
-def _vit(
-    s: _Saved,
-    spec: ViTSpec,
-    *,
-    channels: int,
-    size: int,
-    input_bytes: int,
-    input_saved: bool,
-    pool: str,
-    dropout: float,
-    b: _Dtypes,
-) -> int:
-    """Patch embedding, encoder and final LN on a ``channels x size x size`` input of
-    ``input_bytes`` per element (``input_saved``: a layer before already keeps it)."""
-    c = b.compute
-    d, m, h = spec.width, spec.mlp_dim, spec.heads
-    if input_bytes != c or not input_saved:  # the patch embedding keeps its input (or cast)
-        s.act(channels * size * size, c)
-    if c != 4:
-        s.weight_copy(channels * spec.patch**2 * d, c)
-    n = (size // spec.patch) ** 2 + (1 if pool == "token" else 0)
-    # Dropout keeps a mask per element: bool in CUDA's fused kernel, the input's dtype on
-    # the CPU (a scaled noise tensor).
-    drops = dropout > 0
-    s.act(drops * n * d, b.mask or 4)  # after the position embedding (fp32 stream)
-    for _ in range(spec.depth):
-        for _norm in range(2):  # LN keeps its (fp32 residual stream) input, mean and rstd
-            s.act(n * d, 4)
-            s.act(2 * n, 4)
-            s.act(n * d, c)  # LN output as the next dense layer's input (qkv, fc1)
-        s.act(3 * n * d, c)  # q, k, v (views of the qkv output) kept by attention
-        s.act(n * d, c)  # attention output, also the output projection's input
-        s.act(h * n, 4)  # attention's log-sum-exp
-        s.act(n * m, c)  # fc1 output: GELU's input
-        s.act(n * m, c)  # GELU output (after dropout): fc2's input
-        s.act(drops * (2 * n * d + n * m), b.mask or c)  # after proj, GELU and fc2
-        if c != 4:
-            s.weight_copy(4 * d * d + 2 * d * m, c)
-    s.act(n * d, 4)  # final LN
-    s.act(2 * n, 4)
-    return n
-
-
-def _vit_head(
-    s: _Saved,
-    *,
-    d: int,
-    n: int,
-    pool: str,
-    head: str,
-    pre_logits: bool,
-    num_classes: int,
-    b: _Dtypes,
-):
-    c = b.compute
-    if pool == "token" and c == 4:
-        s.act(n * d, 4)  # the class token is a view: the whole final LN output stays
-    else:
-        s.act(d, c)  # the pooled (or cast) representation
-    if head == "pretrain" and pre_logits:
-        s.act(d, c)  # tanh output, the classifier's input
-        if c != 4:
-            s.weight_copy(d * d, c)
-    if c != 4:
-        s.weight_copy(d * num_classes, c)
+        return Dtypes(compute=4, norm=4, mask=mask)
+    return Dtypes(compute=2, norm=4 if device == "cuda" else 2, mask=mask)
 
 
 @lru_cache(maxsize=4096)
@@ -320,44 +109,19 @@ def _saved(
     dropout: float,
     precision: str,
     device: str,
-) -> _Saved:
+) -> Saved:
     spec = parse(name)
     check_resolution(spec, image_size)
-    b = _dtypes(precision, device)
-    s = _Saved()
-    if isinstance(spec, ResNetSpec):
-        width = _bit(s, spec, image_size, b)
-        s.act(width, b.compute)  # pooled features: the classifier's input
-        if b.compute != 4:
-            s.weight_copy(width * num_classes, b.compute)
-        return s
-    pool = pool or "token"
-    if isinstance(spec, HybridSpec):  # the trunk's last ReLU keeps its output
-        channels, size = _hybrid_trunk(s, spec.resnet, image_size, b)
-        vit, input_bytes, input_saved = spec.vit, b.norm, True
-    else:  # the fp32 images
-        channels, size, vit, input_bytes, input_saved = 3, image_size, spec, 4, False
-    n = _vit(
-        s,
-        vit,
-        channels=channels,
-        size=size,
-        input_bytes=input_bytes,
-        input_saved=input_saved,
-        pool=pool,
-        dropout=dropout,
-        b=b,
-    )
-    _vit_head(
-        s,
-        d=vit.width,
-        n=n,
-        pool=pool,
-        head=head,
-        pre_logits=pre_logits is not False,
+    s = Saved()
+    at = spec.at(
+        image_size,
         num_classes=num_classes,
-        b=b,
+        head=head,
+        pool=pool,
+        pre_logits=pre_logits,
+        dropout=dropout,
     )
+    spec.saved(s, at, _dtypes(precision, device))
     return s
 
 

@@ -12,7 +12,7 @@ recipe's values: batch 256, 50 warm-up steps), anything else -> the ImageNet-21k
 
 from __future__ import annotations
 
-from ..catalog import HybridSpec, ResNetSpec, ViTSpec, parse
+from ..catalog import parse
 
 _COMMON = {"optim": {"name": "adamw", "end_lr": 1e-5}, "train": {"grad_clip": 1.0}}
 
@@ -65,25 +65,6 @@ _BY_RECIPE = {
 
 RECIPES = tuple(_BY_RECIPE)  # the values of the config's ``recipe`` key
 
-# JFT-300M base learning rates (docs/protocol.md, from paper Appendix B.1 / Table 3).
-_JFT_VIT_LR = {("B", 32): 8e-4, ("B", 16): 8e-4, ("L", 32): 6e-4, ("L", 16): 4e-4, ("H", 14): 3e-4}
-_JFT_BIT_LR = {(50, 1): 1e-3, (50, 2): 1e-3, (101, 1): 8e-4, (152, 1): 6e-4, (152, 2): 6e-4}
-_JFT_FALLBACK_LR = 1e-3  # models the paper did not train on JFT (Ti, S, demo sizes)
-
-
-def jft_lr(model: str) -> float:
-    spec = parse(model)
-    if isinstance(spec, HybridSpec):
-        if (spec.vit.size, spec.downsample) == ("L", 32):
-            return 2e-4
-        return _JFT_VIT_LR.get((spec.vit.size, spec.downsample), _JFT_FALLBACK_LR)
-    if isinstance(spec, ViTSpec):
-        return _JFT_VIT_LR.get((spec.size, spec.patch), _JFT_FALLBACK_LR)
-    assert isinstance(spec, ResNetSpec)
-    if spec.depth >= 152:
-        return 6e-4
-    return _JFT_BIT_LR.get((spec.depth, int(spec.width)), _JFT_FALLBACK_LR)
-
 
 def choose(dataset: str) -> str:
     """The recipe a pre-training ``dataset`` gets when the config names none."""
@@ -110,5 +91,5 @@ def recipe(model: str, dataset: str, name: str | None = None) -> dict:
     for section, values in _BY_RECIPE[name].items():
         out.setdefault(section, {}).update(values)
     if name == "jft":
-        out["optim"]["lr"] = jft_lr(model)
+        out["optim"]["lr"] = parse(model).jft_lr()
     return out

@@ -20,8 +20,8 @@ from .status import collect, format_table
 
 
 def _patch(name: str) -> str:
-    family, _, patch = model_columns(name)  # a hybrid's: its total downsampling
-    return "-" if patch is None else f"/{patch}" if family == "Hybrid" else str(patch)
+    _, _, patch = model_columns(name)  # pixels per token side; a hybrid's downsampling
+    return "-" if patch is None else str(patch)
 
 
 def print_dry_run(

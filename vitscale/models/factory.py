@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Mapping
 
 import torch
 from torch import nn
 
-from ..catalog import HybridSpec, ResNetSpec, ViTSpec, check_resolution, head_problems, parse
+from ..catalog import check_resolution, head_problems, parse
 from .pretrained import (
     Checkpoint,
     PretrainedError,
@@ -18,10 +19,6 @@ from .pretrained import (
     read_checkpoint,
     shape_error,
 )
-from .resnet import ResNetTrunk, ResNetV2
-from .vit import VisionTransformer
-
-POOLS = ("token", "gap")
 
 
 def create_model(
@@ -56,37 +53,20 @@ def create_model(
         )
     spec = parse(name)
     check_resolution(spec, image_size)
-    if pool is not None and pool not in POOLS:
-        raise ValueError(f"unknown pool {pool!r}; valid: {', '.join(map(repr, POOLS))}")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
     if problems := head_problems(spec, pool=pool, pre_logits=pre_logits):
         raise ValueError(f"{spec.name}: {problems[0]}")
-    if isinstance(spec, ResNetSpec):
-        return ResNetV2(spec=spec, num_classes=num_classes, head=head)
-
-    vit: ViTSpec = spec.vit if isinstance(spec, HybridSpec) else spec
-    stem_kwargs = {}
-    if isinstance(spec, HybridSpec):
-        stem_kwargs = dict(
-            stem=ResNetTrunk(spec.resnet),
-            stem_channels=spec.resnet.out_channels,
-            stem_downsample=spec.resnet.downsample,
-        )
-    return VisionTransformer(
-        image_size=image_size,
-        patch_size=vit.patch,
-        width=vit.width,
-        depth=vit.depth,
-        mlp_dim=vit.mlp_dim,
-        heads=vit.heads,
+    at = spec.at(
+        image_size,
         num_classes=num_classes,
         head=head,
-        pool=pool or "token",
+        pool=pool,
+        pre_logits=pre_logits,
         dropout=dropout,
-        representation=pre_logits is not False,
-        **stem_kwargs,
     )
+    module, builder = spec.builder.split(":")
+    return getattr(importlib.import_module(module), builder)(spec, at)
 
 
 # --------------------------------------------------------------------------- published checkpoints

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..catalog import HybridSpec, ViTSpec, parse
+from ..catalog import parse
 from .layouts import LayoutError, to_vitscale
 
 log = logging.getLogger(__name__)
@@ -152,7 +152,7 @@ class Checkpoint:
     @property
     def pool(self) -> str | None:
         """ "token" with a class token, "gap" without; None for BiT."""
-        if self.family == "ResNet":
+        if "token" not in parse(self.name).pools:
             return None
         return "token" if "cls_token" in self.state else "gap"
 
@@ -172,11 +172,8 @@ class Checkpoint:
         if pos is None:
             return None
         grid = math.isqrt(pos.shape[1] - (self.pool == "token"))
-        spec = parse(self.name)
-        if isinstance(spec, HybridSpec):
-            return grid * spec.vit.patch * spec.downsample
-        assert isinstance(spec, ViTSpec)
-        return grid * spec.patch
+        _, pixels_per_token = parse(self.name).columns()
+        return grid * pixels_per_token
 
     def key(self, ours: str) -> str:
         """How the file names one of our keys (for messages)."""

@@ -36,10 +36,10 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
-from ..catalog import ResNetSpec, same_padding
+from ..families.base import GN_GROUPS, Build, same_padding
+from ..families.resnet import ResNetSpec
 from .heads import Head
 
-GN_GROUPS = 32
 BIT_WS_EPS = 1e-10  # big_transfer: inside the square root, with the variance
 BIT_GN_EPS = 1e-5
 HYBRID_WS_EPS = 1e-5  # vision_transformer models_resnet.weight_standardize: added to the std
@@ -85,7 +85,7 @@ class StdConv2d(nn.Conv2d):
 class SameStdConv2d(StdConv2d):
     """The hybrid trunk's convolution (vision_transformer ``models_resnet.StdConv``):
     ``(w - mean) / (std + eps)`` and flax's "SAME" padding, worked out from the input size
-    (:func:`~vitscale.catalog.same_padding`)."""
+    (:func:`~vitscale.families.base.same_padding`)."""
 
     def __init__(
         self, in_channels: int, out_channels: int, kernel_size: int, *, stride: int = 1
@@ -235,3 +235,9 @@ class ResNetV2(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.pre_logits(x))
+
+
+def build(spec: ResNetSpec, at: Build) -> ResNetV2:
+    """The registry's builder (:mod:`vitscale.families.resnet`): BiT has one pool and no
+    pre-logits layer, and the paper trains it without dropout."""
+    return ResNetV2(spec=spec, num_classes=at.num_classes, head=at.head)

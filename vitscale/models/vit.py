@@ -26,7 +26,11 @@ import torch.nn.functional as F
 from einops import rearrange, repeat
 from torch import nn
 
+from ..families.base import Build
+from ..families.hybrid import HybridSpec
+from ..families.vit import ViTSpec
 from .heads import Head
+from .resnet import ResNetTrunk
 
 LN_EPS = 1e-6  # flax.linen.LayerNorm's default, as in the official code
 
@@ -227,3 +231,33 @@ class VisionTransformer(nn.Module):
             state_dict[key] = resize_pos_embed(
                 loaded, new_grid=(self.grid, self.grid), num_prefix_tokens=self.num_prefix_tokens
             )
+
+
+def build(spec: ViTSpec, at: Build, **stem) -> VisionTransformer:
+    """The registry's builder (:mod:`vitscale.families.vit`)."""
+    return VisionTransformer(
+        image_size=at.size,
+        patch_size=spec.patch,
+        width=spec.width,
+        depth=spec.depth,
+        mlp_dim=spec.mlp_dim,
+        heads=spec.heads,
+        num_classes=at.num_classes,
+        head=at.head,
+        pool=at.pool,
+        dropout=at.dropout,
+        representation=at.pre_logits,
+        **stem,
+    )
+
+
+def build_hybrid(spec: HybridSpec, at: Build) -> VisionTransformer:
+    """The hybrid's builder (:mod:`vitscale.families.hybrid`): the encoder on the trunk."""
+    trunk = ResNetTrunk(spec.resnet)
+    return build(
+        spec.vit,
+        at,
+        stem=trunk,
+        stem_channels=spec.resnet.out_channels,
+        stem_downsample=spec.downsample,
+    )

@@ -188,17 +188,9 @@ def _forget_wandb_service() -> None:
 
 def _tags(config: dict) -> list[str]:
     """Tags a dashboard can slice by: family, size, patch, subset."""
-    from ..catalog import parse
+    from ..catalog import model_columns
 
-    spec = parse(config["model"]["name"])
-    tags = [f"family:{spec.family}"]
-    vit = getattr(spec, "vit", spec)
-    if hasattr(vit, "size"):
-        tags.append(f"size:{vit.size}")
-        if spec.family == "ViT":
-            tags.append(f"patch:{vit.patch}")
-    if spec.convolutional:
-        resnet = getattr(spec, "resnet", spec)
-        tags.append(f"resnet:R{resnet.depth}x{resnet.width}")
+    family, size, patch = model_columns(config["model"]["name"])
+    tags = [f"family:{family}", f"size:{size}"] + ([f"patch:{patch}"] if patch else [])
     tags.append(f"subset:{config['data']['subset']}")
     return tags
