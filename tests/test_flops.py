@@ -59,6 +59,7 @@ def test_params_and_dense_flops_match_the_built_model(name):
         ("resnetv2_50x1_bit", "BiT-R50x1"),
         ("resnetv2_152x2_bit", "BiT-R152x2"),
         ("vit_base_r50_s16_224", "R50x1+ViT-B/16"),
+        *((f"mixer_{s.lower()}{p}_224", f"Mixer-{s}/{p}") for s in "SBL" for p in (32, 16)),
     ],
 )
 def test_params_equal_timm(timm_name, ours):
@@ -148,4 +149,4 @@ def test_cli_bad_model_is_one_message(capsys):
 
 
 def test_every_listed_model_has_a_family():
-    assert {parse(n).family for n in ALL} == {"ViT", "ResNet", "Hybrid"}
+    assert {parse(n).family for n in ALL} == {"ViT", "ResNet", "Hybrid", "Mixer"}

@@ -65,6 +65,7 @@ def test_saved_activations_match_autograd(name):
     [
         ("ViT-Pico/8", ("fp32", "bf16")),
         ("BiT-R11x0.5", ("fp32", "bf16")),
+        ("Mixer-Femto/8", ("fp32", "bf16")),
         # The hybrid trunk (SAME padding, its own kernel standardisation); under CPU
         # autocast its casts coincide with fp32's layout, so fp32 covers its paths.
         ("R50x1+ViT-B/32", ("fp32",)),

@@ -46,7 +46,13 @@ def test_forward_backward_real(name):
         n for n, p in model.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()
     ]
     assert not missing, f"no finite gradient for {missing[:5]}"
-    silent = [n for n, p in model.named_parameters() if p.grad.abs().sum() == 0]
+    # A Mixer's token-mixing output bias adds one constant to every channel of a token,
+    # which every LayerNorm after it removes: its gradient is zero but for rounding.
+    silent = [
+        n
+        for n, p in model.named_parameters()
+        if p.grad.abs().sum() == 0 and not n.endswith("mlp_tokens.fc2.bias")
+    ]
     assert not silent, f"zero gradient for {silent[:5]}"
 
 

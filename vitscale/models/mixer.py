@@ -1,0 +1,108 @@
+"""MLP-Mixer (Tolstikhin et al., NeurIPS 2021, Sec. 2, Eq. 1):
+
+    U_{*,i} = X_{*,i} + W2 σ(W1 LN(X)_{*,i})     token mixing, one MLP per channel column
+    Y_{j,*} = U_{j,*} + W4 σ(W3 LN(U)_{j,*})     channel mixing, one MLP per token row
+
+on the S x C table of linearly embedded patches; then LayerNorm, global average pooling
+over tokens and the head. No position embedding (token mixing is position-aware), no
+class token, no pre-logits layer. The MLPs are the ViT's (flax's tanh GELU, dropout after
+each dense layer, its initialisation, as timm's port); the stem is flax's ``lecun_normal``.
+"""
+
+from __future__ import annotations
+
+import torch
+from einops import rearrange
+from torch import nn
+
+from ..families.base import Build
+from ..families.mixer import MixerSpec
+from .heads import Head
+from .vit import LN_EPS, MLP, lecun_normal_
+
+
+class MixerBlock(nn.Module):
+    def __init__(
+        self, *, tokens: int, width: int, token_mlp: int, channel_mlp: int, dropout: float
+    ) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(width, eps=LN_EPS)
+        self.mlp_tokens = MLP(dim=tokens, hidden=token_mlp, dropout=dropout)
+        self.norm2 = nn.LayerNorm(width, eps=LN_EPS)
+        self.mlp_channels = MLP(dim=width, hidden=channel_mlp, dropout=dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mixed = self.mlp_tokens(rearrange(self.norm1(x), "b s c -> b c s"))
+        x = x + rearrange(mixed, "b c s -> b s c")
+        return x + self.mlp_channels(self.norm2(x))
+
+
+class MlpMixer(nn.Module):
+    """Patches ``patch_size`` x ``patch_size`` of an ``image_size`` image, ``depth``
+    Mixer layers of hidden size ``width``, and the paper's pre-training or fine-tuning head
+    (:class:`~vitscale.models.heads.Head`)."""
+
+    def __init__(
+        self,
+        *,
+        image_size: int,
+        patch_size: int,
+        width: int,
+        depth: int,
+        token_mlp: int,
+        channel_mlp: int,
+        num_classes: int,
+        head: str = "pretrain",
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if image_size % patch_size:
+            raise ValueError(f"patch size {patch_size} does not divide image size {image_size}")
+        self.image_size = image_size
+        tokens = (image_size // patch_size) ** 2
+        self.stem = nn.Conv2d(3, width, kernel_size=patch_size, stride=patch_size)
+        self.blocks = nn.Sequential(
+            *(
+                MixerBlock(
+                    tokens=tokens,
+                    width=width,
+                    token_mlp=token_mlp,
+                    channel_mlp=channel_mlp,
+                    dropout=dropout,
+                )  # fmt: skip
+                for _ in range(depth)
+            )
+        )
+        self.norm = nn.LayerNorm(width, eps=LN_EPS)
+        self.head = Head(width=width, num_classes=num_classes, kind=head, pre_logits_layer=False)
+        lecun_normal_(self.stem.weight)
+        nn.init.zeros_(self.stem.bias)
+        for block in self.blocks:
+            block.mlp_tokens.init_weights()
+            block.mlp_channels.init_weights()
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Images ``(B, 3, H, W)`` -> the table ``(B, S, C)`` after the final LN."""
+        return self.norm(self.blocks(rearrange(self.stem(x), "b c h w -> b (h w) c")))
+
+    def pre_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The image representation few-shot evaluation reads: the mean over tokens."""
+        return self.head.pre_logits(self.forward_features(x).mean(dim=1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.pre_logits(x))
+
+
+def build(spec: MixerSpec, at: Build) -> MlpMixer:
+    """The registry's builder (:mod:`vitscale.families.mixer`)."""
+    return MlpMixer(
+        image_size=at.size,
+        patch_size=spec.patch,
+        width=spec.width,
+        depth=spec.depth,
+        token_mlp=spec.token_mlp,
+        channel_mlp=spec.channel_mlp,
+        num_classes=at.num_classes,
+        head=at.head,
+        dropout=at.dropout,
+    )
