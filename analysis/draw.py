@@ -29,8 +29,8 @@ sets can share a folder):
 way; for ``jft-curves``, the JFT-300M learning curves of Alabdulmohsin et al. (2022):
 
 - ``jft-curves_compute_<k>shot.png|pdf``: Fig. 5's view, few-shot error against
-  pre-training exaFLOPs, one line per model, crossovers marked (Mixer left out: no compute
-  count, the figure says so); ``jft-curves_examples_<k>shot.png|pdf``: against examples seen
+  pre-training exaFLOPs, one line per model, crossovers marked;
+  ``jft-curves_examples_<k>shot.png|pdf``: against examples seen
   (Fig. 4's axis), every model; ``jft-curves_crossovers_<k>shot.md``: the crossovers.
 
 ``overlay_paper`` draws Table 6's points (hollow markers) in every compute panel whose

@@ -6,9 +6,7 @@ error along pre-training of six models, on four datasets at 5, 10 and 25 shots, 
 each split by its authors into the points to fit (``Training`` 1) and the later points to
 predict (0). Here:
 
-- models get our catalog's names (:data:`MODELS`); MLP-Mixer is not in the catalog, so its
-  family ("Mixer"), size and patch are set here, and its compute is left empty:
-  :mod:`vitscale.flops` does not count Mixer layers;
+- models get our catalog's names (:data:`MODELS`);
 - tasks become our few-shot metric names (``fewshot/<dataset>/<k>shot``,
   :data:`DATASETS`);
 - ``compute/exaflops`` is the pre-training compute after ``examples_seen`` images, by
@@ -28,7 +26,6 @@ from collections.abc import Sequence
 from functools import cache
 from importlib.resources import files
 
-import numpy as np
 import pandas as pd
 
 from vitscale import flops
@@ -44,7 +41,7 @@ FILE = "jft_curves.csv"
 PRETRAIN_DATASET = "JFT-300M"
 RESOLUTION = 224
 
-# The file's model names -> ours (vitscale.catalog spells ViT and BiT; Mixer is not there).
+# The file's model names -> ours.
 MODELS = {
     "ViT/S/16": "ViT-S/16",
     "ViT/B/16": "ViT-B/16",
@@ -53,7 +50,6 @@ MODELS = {
     "MiX/B/16": "Mixer-B/16",
     "MiX/L/16": "Mixer-L/16",
 }
-MIXER = {"Mixer-B/16": ("Mixer", "B", 16), "Mixer-L/16": ("Mixer", "L", 16)}
 # The file's task prefixes -> our few-shot dataset names (Birds: Caltech-UCSD Birds-200-2011).
 DATASETS = {"inet": "imagenet", "c": "cifar100", "bird": "birds", "cal": "caltech101"}
 MEASUREMENT_COLUMNS = (
@@ -69,16 +65,6 @@ MEASUREMENT_COLUMNS = (
 )
 
 
-def _columns(model: str) -> tuple[str, str, int | None]:
-    return MIXER[model] if model in MIXER else model_columns(model)
-
-
-def _exaflops(model: str, examples: np.ndarray) -> np.ndarray:
-    if model in MIXER:
-        return np.full(len(examples), np.nan)
-    return flops.pretrain_exaflops(model, 1, RESOLUTION) * examples
-
-
 @cache
 def _measurements() -> pd.DataFrame:
     with files(__package__).joinpath(FILE).open(newline="") as fh:
@@ -86,7 +72,7 @@ def _measurements() -> pd.DataFrame:
     parts = raw["Task"].str.rsplit("_", n=1, expand=True)
     dataset, shots = parts[0], parts[1]
     out = pd.DataFrame({"model": raw["Model"].map(MODELS)})
-    cols = {m: _columns(m) for m in MODELS.values()}
+    cols = {m: model_columns(m) for m in MODELS.values()}
     for i, col in enumerate(("family", "size", "patch")):
         out[col] = out["model"].map({m: c[i] for m, c in cols.items()})
     out["cell_id"] = NAME + ":" + out["model"]
@@ -94,9 +80,8 @@ def _measurements() -> pd.DataFrame:
     out["pretrain_dataset"] = PRETRAIN_DATASET
     out["num_examples"] = float(JFT_IMAGES)
     out[EXAMPLES_SEEN] = raw["Seen Examples"].astype(float)
-    out[EXAFLOPS] = np.nan
-    for model, rows in out.groupby("model").groups.items():
-        out.loc[rows, EXAFLOPS] = _exaflops(model, out.loc[rows, EXAMPLES_SEEN].to_numpy())
+    per_example = {m: flops.pretrain_exaflops(m, 1, RESOLUTION) for m in MODELS.values()}
+    out[EXAFLOPS] = out["model"].map(per_example) * out[EXAMPLES_SEEN]
     out["dataset"] = dataset.map(DATASETS)
     out["shots"] = shots.astype(int)
     out["metric"] = [fewshot_key(d, k) for d, k in zip(out["dataset"], out["shots"], strict=True)]

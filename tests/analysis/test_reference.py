@@ -52,9 +52,7 @@ def test_measurements_in_our_names_and_units():
     assert m["error"].between(0, 1, inclusive="right").all()
     for model, family in (("ViT-S/16", "ViT"), ("BiT-R101x3", "ResNet"), ("Mixer-L/16", "Mixer")):
         row = m[m["model"] == model].iloc[0]
-        assert row["family"] == family
-        if family != "Mixer":  # the catalog's own decoding of the name
-            assert (row["family"], row["size"]) == model_columns(model)[:2]
+        assert (family, row["size"]) == model_columns(model)[:2] == (row["family"], row["size"])
     # each published split is a prefix: every fitted point precedes every held-out one
     for _, curve in m.groupby(["model", "metric"]):
         assert curve.loc[curve["training"], "examples_seen"].max() < (
@@ -62,15 +60,17 @@ def test_measurements_in_our_names_and_units():
         )
 
 
-def test_compute_is_vitscales_count_at_224_px_and_empty_for_mixer():
+def test_compute_is_vitscales_count_at_224_px_for_every_model():
     m = jft.measurements()
     row = m[m["model"] == "ViT-B/16"].iloc[-1]
     per_image = flops.count("ViT-B/16", 224).train_flops_per_example  # 3 x 2 x MACs
     assert row["compute/exaflops"] == pytest.approx(per_image * row["examples_seen"] / 1e18)
     # paper Table 6: ViT-B/16, 7 epochs of 303M images = 224 exaFLOPs
     assert per_image * 7 * 303e6 / 1e18 == pytest.approx(224, rel=0.01)
-    assert m.loc[m["family"] == "Mixer", "compute/exaflops"].isna().all()
-    assert m.loc[m["family"] != "Mixer", "compute/exaflops"].gt(0).all()
+    assert m["compute/exaflops"].gt(0).all()
+    mixer = m[m["model"] == "Mixer-L/16"].iloc[-1]
+    per_image = flops.count("Mixer-L/16", 224).train_flops_per_example
+    assert mixer["compute/exaflops"] == pytest.approx(per_image * mixer["examples_seen"] / 1e18)
 
 
 def test_history_has_the_shape_of_our_runs_curves():

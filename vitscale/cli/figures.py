@@ -76,7 +76,7 @@ def configure_figures(p: argparse.ArgumentParser) -> None:
         p,
         "draw a reference data set's --shots curves: jft-curves, the JFT-300M few-shot "
         "learning curves of Alabdulmohsin et al. 2022, error against pre-training exaFLOPs "
-        "(Fig. 5's view; Mixer left out: no compute count) and against examples seen, "
+        "(Fig. 5's view) and against examples seen, "
         "crossovers marked",
     )
     p.add_argument(
