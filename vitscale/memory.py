@@ -99,29 +99,12 @@ def _dtypes(precision: str, device: str) -> Dtypes:
 
 
 @lru_cache(maxsize=4096)
-def _saved(
-    name: str,
-    image_size: int,
-    num_classes: int,
-    head: str,
-    pool: str | None,
-    pre_logits: bool | None,
-    dropout: float,
-    precision: str,
-    device: str,
-) -> Saved:
+def _saved(name: str, image_size: int, precision: str, device: str, **head) -> Saved:
+    """The walk of ``name``'s saved tensors (``head``: ``create_model``'s head arguments)."""
     spec = parse(name)
     check_resolution(spec, image_size)
     s = Saved()
-    at = spec.at(
-        image_size,
-        num_classes=num_classes,
-        head=head,
-        pool=pool,
-        pre_logits=pre_logits,
-        dropout=dropout,
-    )
-    spec.saved(s, at, _dtypes(precision, device))
+    spec.saved(s, spec.at(image_size, **head), _dtypes(precision, device))
     return s
 
 
@@ -141,9 +124,8 @@ def saved_activation_bytes(
     """Bytes autograd keeps for the backward pass of ``model(images)`` at ``batch``
     examples: saved activations plus the weight copies the forward makes (autocast's
     casts, standardised kernels); parameters themselves are not counted."""
-    s = _saved(
-        name, image_size, num_classes, head, pool, pre_logits, float(dropout), precision, device
-    )
+    heads = dict(num_classes=num_classes, head=head, pool=pool, pre_logits=pre_logits)
+    s = _saved(name, image_size, precision, device, **heads, dropout=float(dropout))
     return batch * s.per_example + s.constant
 
 
@@ -201,12 +183,9 @@ def estimate(
         raise ValueError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
     if micro_batch < 1:
         raise ValueError(f"micro_batch must be at least 1, got {micro_batch}")
-    params = count(
-        name, image_size, num_classes=num_classes, head=head, pool=pool, pre_logits=pre_logits
-    ).params
-    s = _saved(
-        name, image_size, num_classes, head, pool, pre_logits, float(dropout), precision, device
-    )
+    heads = dict(num_classes=num_classes, head=head, pool=pool, pre_logits=pre_logits)
+    params = count(name, image_size, **heads).params
+    s = _saved(name, image_size, precision, device, **heads, dropout=float(dropout))
     # The loss: fp32 logits and log-softmax (softmax), or logits and multi-hot targets (sigmoid).
     loss_bytes = micro_batch * num_classes * 4 * (1 if loss == "softmax" else 2)
     return MemoryEstimate(

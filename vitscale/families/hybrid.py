@@ -80,9 +80,8 @@ class HybridSpec(Family):
 
     def saved(self, s: Saved, at: Build, b: Dtypes) -> None:
         channels, size = self._trunk_saved(s, at.size, b)  # its last ReLU keeps the map
-        self.vit.saved(
-            s, replace(at, size=size), b, channels=channels, input_bytes=b.norm, input_saved=True
-        )
+        at = replace(at, size=size)
+        self.vit.saved(s, at, b, channels=channels, copies_input=b.norm != b.compute)
 
     def _trunk_saved(self, s: Saved, size: int, b: Dtypes) -> tuple[int, int]:
         """The post-activation trunk with TF "SAME" padding; returns (channels, size) of

@@ -116,25 +116,18 @@ class ViTSpec(Patches, Family):
         t.head(d, at.num_classes, at.head, pre_logits=at.pre_logits)
 
     def saved(
-        self,
-        s: Saved,
-        at: Build,
-        b: Dtypes,
-        *,
-        channels: int = 3,
-        input_bytes: int = 4,
-        input_saved: bool = False,
+        self, s: Saved, at: Build, b: Dtypes, *, channels: int = 3, copies_input: bool = True
     ) -> None:
         """Patch embedding, encoder, final LN and head on a ``channels x size x size``
-        input of ``input_bytes`` per element (``input_saved``: a layer before keeps it;
-        the default: the fp32 images).
+        input (``copies_input``: the patch embedding keeps a copy of it, as of the fp32
+        images; a hybrid's trunk keeps its output already unless autocast casts it).
 
         Under autocast bf16 the residual stream is fp32 (added to the fp32 position
         embedding) and attention (flash or memory-efficient SDPA) keeps q, k, v, its
         output and a log-sum-exp, never the N x N matrix."""
         c, size = b.compute, at.size
         d, m, h = self.width, self.mlp_dim, self.heads
-        if input_bytes != c or not input_saved:  # the patch embedding keeps its input (or cast)
+        if copies_input:
             s.act(channels * size * size, c)
         if c != 4:
             s.weight_copy(channels * self.patch**2 * d, c)
