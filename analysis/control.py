@@ -1,5 +1,5 @@
 """The positive control's verdict: the glyph world with a fraction f of its pixels moved
-(issue 35), by the rules registered in experiments/preregistered/permuted.md before any
+by the rules registered in experiments/preregistered/permuted.md before any
 of its cells ran (``vitscale summary runs/control``).
 
 The ResNet's prior (locality, translation equivariance) is what the paper says buys data

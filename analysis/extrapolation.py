@@ -63,7 +63,7 @@ there (below): read it as a lower bound on the uncertainty until it is recalibra
 Constants, and how each was chosen:
 
 - selected on backtests inside the benchmark's fit rows only, no held-out row read
-  (``benchmarks/extrapolation.py --select``; issue 36): each curve's fit rows cut so that
+  (``benchmarks/extrapolation.py --select``): each curve's fit rows cut so that
   their last doubling (cut A), or the doubling before it (cut B), is predicted from the
   rows before it; :data:`LATE` = 0.88 minimises the mean RMSE of log error over the two
   cuts (grid 0.70-1.00), then :data:`N_PSEUDO` = 4 (of 4, 8), :data:`KAPPA` = 0.55
@@ -83,9 +83,9 @@ Constants, and how each was chosen:
   scale when the curve is too short for a pseudo-experiment), :data:`NOISE_WINDOW`.
 
 Selection, disclosed: steps 1-2 (global against local fits, kernels against windows,
-backtest averaging) were chosen, before issue 36, among about 30 variants by their scores
-on the benchmark's held-out rows; what issue 36 added (steps 3-4 and their constants) was
-chosen on the fit rows only. On the fit-row backtests the local law also beats the global
+backtest averaging) were chosen among about 30 variants by their scores on the
+benchmark's held-out rows; steps 3-4 and their constants, added after, were chosen on the
+fit rows only. On the fit-row backtests the local law also beats the global
 ones it was chosen over (RMSE 0.0236 against BNSL 0.0401, M3 0.0466), but its share of the
 benchmark's held-out score is not fully out of sample.
 

@@ -47,7 +47,7 @@ from .frontier import pareto_frontier
 # The smallest gap change called a trend when no seed spread was measured (one seed): two
 # few-shot seeds of one cell differ by ~2 points per task, about a point on a 3-task mean.
 NOISE_POINTS = 1.0
-# A gap change counts as a trend when it exceeds this many seed spreads (issue 11).
+# A gap change counts as a trend when it exceeds this many seed spreads.
 NOISE_FACTOR = 3.0
 FAMILIES = ("ViT", "ResNet")
 _KEYS = ["model", "family", "num_examples", "steps"]

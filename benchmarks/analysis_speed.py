@@ -1,6 +1,6 @@
 """How long ``vitscale figures`` takes on a large grid: N run folders -> every figure.
 
-Target (issue 6): 10,000 run folders to all figures in under 10 s on 2 cores. Writes N
+Target: 10,000 run folders to all figures in under 10 s on 2 cores. Writes N
 synthetic run folders (analysis.fixtures), then times, in this process, ``load_runs``,
 ``vitscale figures RUNS --out DIR`` as the CLI runs it, and the same with ``--paper
 --overlay-paper --curves``; import time is reported apart (benchmarks/RESULTS.md,

@@ -1,4 +1,4 @@
-"""Issue 37's GPU measurements in one prepared command: ``benchmarks/gpu_feed.sh OUT_DIR``.
+"""The GPU measurements in one prepared command: ``benchmarks/gpu_feed.sh OUT_DIR``.
 
 Why one command: a GPU is lent to us rarely, for about 15 minutes on a fresh machine with
 no internet, at most 10 minutes a command; so everything runs from one command that ends

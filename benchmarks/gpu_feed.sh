@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 37's GPU measurements in one prepared command, under 8 minutes on one H100/H200,
+# The GPU measurements in one prepared command, under 8 minutes on one H100/H200,
 # every result in OUT_DIR (JSON, tables, summary.md). The steps, each with its time cap and
 # why: benchmarks/gpu_feed.py (STEPS); `--dry-run` prints them. Without CUDA it prints
 # them too, each skipped, and exits 2.

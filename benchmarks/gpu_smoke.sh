@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The first thing to run on a machine with GPUs (issue 12, item 7): trains ViT-B/16 and
+# The first thing to run on a machine with GPUs: trains ViT-B/16 and
 # BiT-R50x1 in bf16 for a few hundred steps with the real trainer, one process per GPU,
 # and prints images/s per GPU, MFU, peak memory against vitscale's estimate, and what
 # the loader delivers. Numbers go into benchmarks/RESULTS.md ("GPU smoke").

@@ -1,6 +1,6 @@
 """Pre-training loader throughput on real JPEGs, per CPU core, against what a GPU consumes.
 
-Issue 15's question: how many CPU cores per GPU does the loader need at the paper's scale?
+The question: how many CPU cores per GPU does the loader need at the paper's scale?
 Measured here, one process on one core (``torch.set_num_threads(1)``), images per second
 for decode + Inception crop (random 8-100% area, aspect 3/4-4/3) + random flip + [-1, 1]
 at 224 px (``vitscale.data.transforms.train_transform``), over the same JPEGs, along each

@@ -3,7 +3,7 @@
 Runs a grid with the local executor (default: the demo), times it, then reads every
 cell's ``result.json["time_s"]`` (seconds per phase, :mod:`vitscale.train.timing`) and
 splits the workers' time into training steps and what the harness adds; ``startup`` is
-the workers' seconds not inside a cell. The phases, issue 7's target (at most 15%) and
+the workers' seconds not inside a cell. The phases, the target (at most 15%) and
 the results: benchmarks/RESULTS.md, "Harness overhead of the demo".
 
     python benchmarks/overhead.py                                   # experiments/demo.yaml, 2 workers
@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from vitscale import record as rf  # noqa: E402
 from vitscale.train.timing import PHASES  # noqa: E402
 
-# What the harness adds (issue 7's target: at most 15% of the training steps); drawing
+# What the harness adds (the target: at most 15% of the training steps); drawing
 # the synthetic images in the training process (``data``) and fine-tuning (part of the
 # experiment) are reported beside it.
 OVERHEAD = ("startup", "setup", "log", "eval", "checkpoint")

@@ -1,6 +1,6 @@
 """The scenes world's drawing speed against what the study's models consume.
 
-Issue 20's requirement: the scenes renderer draws at least 15x faster than the hungriest
+The requirement: the scenes renderer draws at least 15x faster than the hungriest
 study model trains, both on the same cores, so drawing never slows a study; and the same
 renderer runs on a GPU (torch operations on CUDA) at 64 px. Measured here: ``render`` of
 consecutive upstream train indices in batches of 128, as the trainer asks for them (the

@@ -1,4 +1,4 @@
-"""Our training step against timm's, same GPU, batch and precision, in one run (issue 22).
+"""Our training step against timm's, same GPU, batch and precision, in one run.
 
 For each pair (timm's model, ours): ``vit_base_patch16_224`` / ViT-B/16,
 ``vit_small_patch16_224`` / ViT-S/16, ``resnetv2_50x1_bit`` / BiT-R50x1 and

@@ -1,4 +1,4 @@
-"""A duration sweep both ways, on the CPU (issue 34, item 4; docs/schedules.md, "Measured").
+"""A duration sweep both ways, on the CPU (docs/schedules.md, "Measured").
 
 Each model is pre-trained for 4 durations, 1/8 to all of the longest run, two seeds, two
 ways: independent runs with the study's linear decay (every duration from step 0), and a

@@ -172,7 +172,7 @@ class _Node:
 
 
 def test_each_node_downloads_once_before_its_other_processes_read():
-    """Issue 32, minor: with ``data.download`` only global rank 0 went first, so on a node
+    """With ``data.download`` only global rank 0 went first, so on a node
     whose data root is its own (a local disk) every process found nothing and fetched the
     archive into the same folder at once. Now each node's first process fetches first there
     too (on a shared root it finds rank 0's files), while the others wait."""

@@ -165,7 +165,7 @@ def test_the_preview_of_a_multilabel_world_fills_its_rows():
 
 
 def test_a_batch_goes_to_the_device_in_one_copy():
-    """Issue 32, item 10: drawn on a GPU, a batch's layout (8 small arrays) and targets went
+    """Drawn on a GPU, a batch's layout (8 small arrays) and targets went
     over in 9 copies, each blocking. Now one, non-blocking (from pinned memory on a GPU;
     here the meta device, which computes shapes only, shows the copies)."""
     from torch.utils._python_dispatch import TorchDispatchMode

@@ -1,5 +1,5 @@
 """Sharded sets on real tar files: conversion, indexing, subsets, the stream,
-and every bad input of issue 15.
+and every bad input a user's shards have shown.
 
 Shards are written two ways (:mod:`tests.helpers.datasets`): by ``vitscale data shard``
 from the real on-disk formats (an ImageFolder tree, a multi-label tree, CIFAR's pickled

@@ -1,7 +1,7 @@
 """The pre-training stream's order, pinned: which example every (seed, step, rank) reads.
 
-Recorded from the stream as it was before issue 19 merged the map-style and the sharded
-stream into one implementation (the numbers below are that code's output, not derived
+Recorded from the stream as it was before the map-style and the sharded streams became
+one implementation (the numbers below are that code's output, not derived
 here): a resumed run, and every run already in a results folder, depends on them. The
 cases cross epoch boundaries inside a batch, several processes, resumes and, for shards,
 seeded windows of shards, a DataLoader worker and a replaced bad example. The pixel

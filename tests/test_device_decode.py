@@ -209,7 +209,7 @@ def _batch_of(images: list[bytes], seeds: list[int] | None = None) -> EncodedBat
 def test_on_a_gpu_the_next_batch_is_drawn_beside_the_step_and_nvjpeg_writes_no_memory_in_use(
     monkeypatch,
 ):
-    """Issue 32, items 1-2. The trainer asks for batch i + 1 right after queuing step i, so
+    """The trainer asks for batch i + 1 right after queuing step i, so
     the side stream must not wait for the main one (it would start only when step i ends),
     and nothing inside it may block the host (a blocking copy, a sync, a tensor made from
     host data as ``v2.Normalize`` makes its mean: each waits for the side stream, which
@@ -248,7 +248,7 @@ def test_on_a_gpu_the_next_batch_is_drawn_beside_the_step_and_nvjpeg_writes_no_m
 
 
 def test_on_a_gpu_what_nvjpeg_cannot_decode_goes_to_the_cpu_said_once(monkeypatch, capsys):
-    """Issue 32, item 4. A CMYK JPEG in a batch made nvJPEG refuse the whole batch, which
+    """A CMYK JPEG in a batch made nvJPEG refuse the whole batch, which
     was then decoded again on one CPU thread, silently. Now nvJPEG gets only what it decodes
     (read off each JPEG's frame header), the rest is decoded on the CPU as the workers
     decode it, the same images either way, and the first time it happens is said once."""
@@ -268,7 +268,7 @@ def test_on_a_gpu_what_nvjpeg_cannot_decode_goes_to_the_cpu_said_once(monkeypatc
 
 
 def test_the_device_path_decodes_every_image_the_workers_decode_alike():
-    """Issue 32, item 4: a 16-bit PNG among 8-bit JPEGs made ``torch.stack`` raise (no
+    """A 16-bit PNG among 8-bit JPEGs made ``torch.stack`` raise (no
     uint16 promotion), outside any message naming the image. Every kind the workers decode
     (:func:`image_kinds`) gives the workers' pixels on the CPU."""
     from vitscale.data.shards.read import decode
@@ -303,7 +303,7 @@ def _device_set(root, **data):
 
 
 def test_a_bad_image_on_the_device_path_is_replaced_as_the_workers_replace_it(tmp_path):
-    """Issue 32, item 4: ``data.skip_bad_samples`` did not apply to an image found broken
+    """``data.skip_bad_samples`` did not apply to an image found broken
     only when the trainer decoded it: a GPU run of a cell failed where the CPU run of the
     same cell id replaced the image and went on. Now it is replaced by the same example
     (the next stream position's, with its own crop), counted and reported alike."""
@@ -320,7 +320,7 @@ def test_a_bad_image_on_the_device_path_is_replaced_as_the_workers_replace_it(tm
 
 
 def test_auto_decodes_on_the_workers_until_a_gpu_is_measured_faster(tmp_path, monkeypatch):
-    """Issue 32, item 5: ``data.decode: auto`` put every sharded GPU run on the device path
+    """``data.decode: auto`` put every sharded GPU run on the device path
     with no measurement behind it; the one measured (an H100 with 16 cores) decoded
     1,379 img/s there against the workers' 2,659. ``auto`` follows the measurements."""
     from vitscale.data import shards

@@ -1,5 +1,4 @@
-"""`vitscale grid --dry-run --profile P` before anything is submitted (issue 31, items 7
-and 8): the grid's resources checked against P as submission checks them, each problem
+"""`vitscale grid --dry-run --profile P` before anything is submitted: the grid's resources checked against P as submission checks them, each problem
 once; GPU-hours estimated from another GPU where none was measured on P's, flagged;
 fine-tunes costed; node-hours and time-limit slices per cell."""
 

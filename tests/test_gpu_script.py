@@ -1,4 +1,4 @@
-"""benchmarks/gpu_feed.sh, issue 37's one command for a lent GPU, proven on the CPU: its
+"""benchmarks/gpu_feed.sh, the one command for a lent GPU, proven on the CPU: its
 plan (every step, its command and cap, the caps under 8 minutes, the files in the folder
 given), that every command it would run accepts its arguments (a typo would cost the
 GPU's few minutes), and that a step which fails or runs out of time is recorded and the

@@ -293,7 +293,7 @@ def test_failed_cells_are_retried_up_to_the_configured_count(tmp_path):
 
 
 def test_a_cell_that_fails_the_same_way_twice_is_not_retried_blindly(tmp_path):
-    """Issue 32, item 3: a cell whose resume failed the same way each time (an IndexError
+    """A cell whose resume failed the same way each time (an IndexError
     restoring the RNG on fewer GPUs) was submitted again and again. With retries left, a
     failure that repeats the one before it (error and step) is not retried: a retry would
     repeat it too; the grid says so, and --retry-failed runs it once the cause is fixed."""
@@ -426,7 +426,7 @@ def test_a_worker_that_has_answered_ignores_stop_signals():
 
 
 def test_the_preemption_window_holds_the_largest_cells_checkpoint(tmp_path, capsys, monkeypatch):
-    """Issue 32, item 8: h100x8 signalled 300 s before the limit "to save a ViT-H
+    """H100x8 signalled 300 s before the limit "to save a ViT-H
     checkpoint", which at the write speed the trainer assumes (16 bytes a parameter at
     20 MB/s) takes 506 s; CellJob requeued after 285 s, killing the write, so every slice
     of a ViT-H cell fell back to its last periodic checkpoint. The window is checked

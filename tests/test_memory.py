@@ -203,7 +203,7 @@ def test_chosen_micro_batches_are_written_into_the_cells_config(tmp_path):
 def test_decoding_on_the_device_is_in_the_estimate_that_picks_the_micro_batch(
     tmp_path, monkeypatch
 ):
-    """Issue 32, item 9: decoding on the GPU holds the process's whole batch there (each
+    """Decoding on the GPU holds the process's whole batch there (each
     image at its stored resolution, its crop, the float batch, the next one's beside it) in
     the side streams' own pools, which the step cannot reuse; the estimate that picks the
     micro-batch (the trainer's, and the grid's at submission) left it out. On a GPU whose

@@ -1,4 +1,4 @@
-"""A researcher's own data, as issue 31 found it (its data items 5, 6 and 10): a small
+"""A researcher's own data, as a newcomer brings it: a small
 ImageFolder of generated JPEGs with a corrupt file, sharded by ``vitscale data shard``,
 trained on with ``data.skip_bad_samples``; a folder without ``test/``. Asserted on the
 CLI's real output and exit codes, and on the run folder.

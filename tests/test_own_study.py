@@ -1,4 +1,4 @@
-"""A researcher's own study, start to finish, as a newcomer runs it (issue 31): an ImageFolder
+"""A researcher's own study, start to finish, as a newcomer runs it: an ImageFolder
 set this test writes (with a corrupt file), a grid of two learning rates and two seeds, the
 failure, the fix, the rerun; every answer read from the real CLI's output and exit code."""
 

@@ -1,4 +1,4 @@
-"""The glyph world with its pixels moved (:mod:`vitscale.data.synthetic.permuted`, issue 35)
+"""The glyph world with its pixels moved (:mod:`vitscale.data.synthetic.permuted`)
 and the ViT's invariance to sigma + tau, the control's reason to exist.
 
 **Why a ViT is invariant to sigma + tau** (8x8 patches moved by one permutation sigma, the

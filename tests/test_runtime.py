@@ -58,7 +58,7 @@ def test_mfu_is_per_device():
     [("V100", 7, "fp32"), ("T4", 7, "fp32"), ("A100", 8, "bf16"), ("H100", 9, "bf16")],
 )
 def test_auto_precision_is_bf16_only_where_the_gpu_has_it(monkeypatch, gpu, major, expected):
-    """Issue 32, item 6: ``torch.cuda.is_bf16_supported()`` counts emulation by default,
+    """``torch.cuda.is_bf16_supported()`` counts emulation by default,
     and a V100 or T4 makes a bf16 tensor without complaint (emulated, several times slower
     than fp32), so ``auto`` picked bf16 there. Native bf16 is compute capability 8.0 on."""
     import types

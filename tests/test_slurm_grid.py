@@ -179,7 +179,7 @@ def test_distributed_env_comes_from_submitits_job_environment(
 def test_a_failed_rank_leaves_rank_0_time_to_record_the_cell(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 32, minor: under ``srun --kill-on-bad-exit`` a task's failure ends every other
+    """Under ``srun --kill-on-bad-exit`` a task's failure ends every other
     task at once, rank 0's too, which may still be waiting for the failure's note (up to
     10 s) or writing result.json: the cell was left unrecorded. A task of rank > 0 whose
     trainer failed now waits (a bounded time) for rank 0's result.json before it fails."""

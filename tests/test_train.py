@@ -200,7 +200,7 @@ def _gpus(monkeypatch, *, visible: int, local_rank: int) -> tuple[torch.Generato
 
 
 def test_each_process_resumes_its_own_gpus_rng_on_any_number_of_gpus(monkeypatch):
-    """Issue 32, item 3: each process saved every visible GPU's RNG and restored one per
+    """Each process saved every visible GPU's RNG and restored one per
     saved state, so a cell checkpointed on 1 x 8 GPUs and resumed on 2 x 4 indexed past
     the 4 GPUs it sees (IndexError, before the trainer could record it). Now each process
     saves its own GPU's and restores it into its own: 1 x 8 -> 2 x 4 -> 1 x 1."""
@@ -228,7 +228,7 @@ def test_each_process_resumes_its_own_gpus_rng_on_any_number_of_gpus(monkeypatch
 
 
 def test_a_failure_while_resuming_is_recorded_like_any_other(tmp_path, monkeypatch):
-    """Issue 32, item 3: a resume that raised outside the checkpoint's loading (restoring
+    """A resume that raised outside the checkpoint's loading (restoring
     its RNG: the IndexError above) left no result.json, so every ``vitscale grid``
     submitted the cell again, for ever. Now it is the cell's recorded failure, which the
     grid retries as many times as the grid says, then reports."""
@@ -459,7 +459,7 @@ def test_no_host_sync_between_log_steps(tmp_path, monkeypatch):
 
 
 def test_throughput_and_mfu_leave_out_evaluations_and_checkpoints(tmp_path, monkeypatch):
-    """Issue 32, item 7: a row's images/s and MFU counted the time since the previous row,
+    """A row's images/s and MFU counted the time since the previous row,
     whose evaluation and checkpoint came after it was logged: a tiny CPU run logged 268 ->
     109 -> 289 img/s around an evaluation, and a GPU's MFU dipped after each one. Here each
     sync step evaluates and checkpoints for 3 s more; the time the rows' rates divide by

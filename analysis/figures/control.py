@@ -1,4 +1,4 @@
-"""The positive control's figure (issue 35, experiments/preregistered/permuted.md): the gap
+"""The positive control's figure (experiments/preregistered/permuted.md): the gap
 (ResNet - ViT, 5-shot points) at the smallest and the largest subset against the fraction
 f of pixels moved, with bars of the registered noise band (+- 2 noise units,
 :data:`analysis.control.FACTOR`). Above zero the ResNet leads; a crossover is the smallest

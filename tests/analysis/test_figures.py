@@ -453,7 +453,9 @@ def test_crossovers_say_which_pair_crossed():
     pairs = list(dict.fromkeys(learning.passes(*row) for row in crossed))
     (ax,) = [a for a in fig.axes if a.get_visible()]
     letters = [t.get_text() for t in ax.texts if t.get_gid() == learning.CROSSOVER]
-    assert letters == [string.ascii_lowercase[pairs.index(learning.passes(*row))] for row in crossed]
+    assert letters == [
+        string.ascii_lowercase[pairs.index(learning.passes(*row))] for row in crossed
+    ]
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     for a, b, c in crossed:
         ahead, behind = (a, b) if c.leader == "a" else (b, a)

@@ -1,4 +1,4 @@
-"""`vitscale fit` for a user's own runs (issue 31, item 11): predictions with extrapolate's
+"""`vitscale fit` for a user's own runs: predictions with extrapolate's
 interval and its calibration said, every column explained, a design that cannot support
 a fit said once with what would, bare --holdout, bootstrap intervals that say nothing
 flagged. Run folders come from analysis.fixtures (nothing is trained)."""

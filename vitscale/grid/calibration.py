@@ -16,7 +16,7 @@ matches a row's GPU reads it. For a cell, in order:
 3. **est.**: nothing measured on that GPU, but on another: 1 or 2 there, scaled by the
    two GPUs' dense bf16 peaks (:data:`vitscale.flops.PEAK_BF16_FLOPS`), i.e. the same
    share of peak on both. Why: the profile's one assumed FLOP/s made an A100 grid look
-   cheaper than the same grid budgeted from H100 measurements (issue 31);
+   cheaper than the same grid budgeted from H100 measurements;
 4. **assumed**: the profile's ``sustained_tflops`` (no measurement of the family
    anywhere, or a GPU whose peak is not in the table).
 

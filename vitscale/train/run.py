@@ -215,7 +215,7 @@ class Run:
         self.optimizer.load_state_dict(state["optimizer"])
         self.schedule.load_state_dict(state["schedule"])
         self.progress |= state["progress"]
-        # a checkpoint written before issue 31 listed each encounter of a bad example
+        # older checkpoints list each encounter of a bad example, not each example once
         self.progress["skipped"] = list(dict.fromkeys(self.progress["skipped"]))
         tuned = finetune_progress.read(self.run_dir).get("progress")
         if tuned and tuned["restarts"] >= self.progress["restarts"]:  # stopped fine-tuning

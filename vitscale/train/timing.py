@@ -1,7 +1,7 @@
 """Where a run's wall-clock goes: training steps against everything the harness adds.
 
 The split lands in ``result.json`` as ``time_s`` (seconds per phase, summed over
-restarts), so the harness overhead of a grid (issue 7, benchmarks/RESULTS.md) is read off
+restarts), so the harness overhead of a grid (benchmarks/RESULTS.md) is read off
 its run folders instead of guessed.
 """
 

@@ -2,7 +2,7 @@
 
 Why: decoding JPEGs and cropping them on the CPU costs 250-500 images/s per core at 224 px,
 so ViT-B/16 on an H100 needs 12-15 cores to be fed and waited 43% of its step time on the
-loader (issue 22). With ``data.decode: device`` the loader's workers only read: each batch
+loader. With ``data.decode: device`` the loader's workers only read: each batch
 is the encoded bytes of its examples (:class:`EncodedBatch`), and the trainer's process
 decodes them where it trains (``torchvision.io.decode_jpeg`` of the whole list, nvJPEG on
 a GPU), then crops, resizes, flips and scales them there (:class:`DeviceDecoder`).

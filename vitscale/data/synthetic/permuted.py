@@ -1,5 +1,5 @@
 """The glyph world with its pixels moved: the positive control for the ResNet's spatial
-prior (issue 35; registered in experiments/preregistered/permuted.md). Torch-free.
+prior (registered in experiments/preregistered/permuted.md). Torch-free.
 
 The paper credits the ResNets' lead with little data to the convolution's prior: locality,
 the two-dimensional neighbourhood and translation equivariance in every layer, which the

@@ -15,7 +15,7 @@ STROKE_HALF_WIDTH = (0.008, 0.02)  # fraction of the image side
 # Glyph side, fraction of the image side. Large glyphs still move by up to 15% of the side
 # and vary 10% in scale and 15% in aspect: at 32 px a ResNet learns them in ~100 steps, a
 # toy ViT/16 in a few hundred; at (0.38, 0.62) the toy ViTs learned nothing in the demo's
-# budget (position jitter is what a ViT must learn from data; issue 7's tuning notes).
+# budget (position jitter is what a ViT must learn from data).
 GLYPH_SCALE = (0.85, 0.95)
 PAIR_SCALE = (0.3, 0.42)
 ASPECT = 0.15  # each side independently scaled by 1 +- this
