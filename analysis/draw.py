@@ -50,28 +50,82 @@ from typing import TYPE_CHECKING
 from vitscale.errors import UserError
 from vitscale.record import STATUS_DONE
 
+from .figures import AGGREGATES
+
 if TYPE_CHECKING:
     from .control import World
 
 
+def _option(default, help: str, **argparse) -> dataclasses.Field:
+    """A field that is also ``vitscale figures``' option of its name (``--group-by`` for
+    ``group_by``; ``flags`` to name it otherwise), with this default and help; a bool is a
+    switch. ``argparse``: what ``add_argument`` takes besides (type, choices, metavar)."""
+    return dataclasses.field(default=default, metadata={"help": help, **argparse})
+
+
 @dataclass(frozen=True)
 class FigureOptions:
-    """How :func:`draw_figures` draws (``vitscale figures``' options, same defaults)."""
+    """How :func:`draw_figures` draws: the one owner of ``vitscale figures``' options."""
 
-    out: Path
-    shots: int | None = None  # k of the k-shot accuracy plotted; None: the grid's first
-    settings: str = (
-        "show"  # cells differing beyond their seed: apart, or the best (analysis.settings)
+    out: Path = dataclasses.field(
+        metadata={
+            "help": "folder for the figure files",
+            "flags": ("--out", "-o"),
+            "type": Path,
+            "required": True,
+        }  # fmt: skip
     )
-    metrics: Sequence[str] | None = None  # compute figure's columns; None: those found
-    group_by: str = "model"  # one line per value: data-size figure and curves
-    color_by: str = "family"  # colour and frontier grouping of the compute figure
-    agg: str = "mean"  # cells sharing a line and an x value (seeds)
-    overlay_paper: bool = False
-    fit: bool = False
-    bootstrap: int = 200
-    curves: bool = False
-    formats: Sequence[str] = ("png", "pdf")
+    shots: int | None = _option(
+        None,
+        "k of the k-shot accuracy (default: 5 where the grid measures it, else its first "
+        "shot count, eval.fewshot.shots[0])",
+        type=int,
+    )
+    settings: str = _option(
+        "show",
+        "cells of one model, subset and duration that differ in more than their seed (e.g. "
+        "two optim.lr values): 'show' keeps each setting apart, its values after the model's "
+        "name (default); 'best' keeps the best setting of each by the seed mean of the "
+        "compared metric, as the paper chose its hyper-parameters. Never averaged",
+        choices=("show", "best"),
+    )
+    metrics: Sequence[str] | None = _option(
+        None,
+        "metric column for the compute figure, repeatable (default: the transfer metrics "
+        "found and their average)",
+        flags=("--metric",),
+        action="append",
+        metavar="COLUMN",
+    )
+    group_by: str = _option(
+        "model",
+        "one line per value of this column in the data-size figure and the curves (default "
+        "model; any column, e.g. config.optim.lr)",
+        metavar="COLUMN",
+    )
+    color_by: str = _option(
+        "family",
+        "colour and frontier grouping of the compute figure (default family)",
+        metavar="COLUMN",
+    )
+    agg: str = _option(
+        "mean",
+        "combine cells sharing a line and an x value (default mean over seeds)",
+        choices=AGGREGATES,
+    )
+    overlay_paper: bool = _option(
+        False, "draw Table 6's points on comparable compute panels (else beside them)"
+    )
+    fit: bool = _option(False, "draw the power-law fit on the compute figure")
+    bootstrap: int = _option(200, "bootstrap refits for the --fit band (default 200)", type=int)
+    curves: bool = _option(False, "also plot the metrics along training")
+    formats: Sequence[str] = _option(
+        ("png", "pdf"),
+        "file formats (default png pdf)",
+        flags=("--format",),
+        nargs="+",
+        choices=("png", "pdf", "svg"),
+    )
 
 
 def check_column(cells, column: str, option: str) -> None:

@@ -39,6 +39,25 @@ def runs(tmp_path_factory):
     return root
 
 
+def test_every_figure_option_is_a_field_of_figure_options(tmp_path):
+    """``vitscale figures``' drawing options are FigureOptions' fields, with their
+    defaults: the parser's defaults build exactly ``FigureOptions(out=...)``, and a flag
+    reaches its field."""
+    from dataclasses import fields
+
+    from analysis.draw import FigureOptions
+
+    parser = argparse.ArgumentParser()
+    cli.configure_figures(parser)
+    dests = {a.dest for a in parser._actions}
+    assert {f.name for f in fields(FigureOptions)} <= dests
+    assert cli._options(parser.parse_args(["--out", str(tmp_path)])) == FigureOptions(
+        out=tmp_path, formats=["png", "pdf"]
+    )
+    args = parser.parse_args(["-o", "x", "--metric", "a", "--metric", "b", "--format", "svg"])
+    assert (cli._options(args).metrics, cli._options(args).formats) == (["a", "b"], ["svg"])
+
+
 def test_figures_paper(tmp_path, capsys):
     assert _run("figures", ["--paper", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out.split()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,23 @@ DEFAULT_FRACTION = 0.3  # the last 30% of each curve's log-x range
 X_COLUMNS = {"exaflops": "exaflops", "examples": "num_examples", "examples_seen": "examples_seen"}
 
 
+def _add_figure_options(p: argparse.ArgumentParser, *names: str) -> None:
+    """The options :class:`analysis.draw.FigureOptions` declares (``names``: only these),
+    each from its field: flag, default, help."""
+    from analysis.draw import FigureOptions
+
+    for f in fields(FigureOptions):
+        if names and f.name not in names:
+            continue
+        kw = dict(f.metadata)
+        flags = kw.pop("flags", ("--" + f.name.replace("_", "-"),))
+        if f.type == "bool":
+            kw["action"] = "store_true"
+        elif f.default is not MISSING:
+            kw["default"] = list(f.default) if isinstance(f.default, tuple) else f.default
+        p.add_argument(*flags, dest=f.name, **kw)
+
+
 def _add_runs(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "runs",
@@ -38,22 +56,7 @@ def _add_runs(p: argparse.ArgumentParser) -> None:
         metavar="RUNS_DIR",
         help="run folders, grid folders (runs/<grid>) or a runs/ directory, any mix",
     )
-    p.add_argument(
-        "--shots",
-        type=int,
-        default=None,
-        help="k of the k-shot accuracy (default: 5 where the grid measures it, else its "
-        "first shot count, eval.fewshot.shots[0])",
-    )
-    p.add_argument(
-        "--settings",
-        choices=("show", "best"),
-        default="show",
-        help="cells of one model, subset and duration that differ in more than their seed "
-        "(e.g. two optim.lr values): 'show' keeps each setting apart, its values after the "
-        "model's name (default); 'best' keeps the best setting of each by the seed mean of "
-        "the compared metric, as the paper chose its hyper-parameters. Never averaged",
-    )
+    _add_figure_options(p, "shots", "settings")
 
 
 def _add_reference(p: argparse.ArgumentParser, help_text: str) -> None:
@@ -63,10 +66,12 @@ def _add_reference(p: argparse.ArgumentParser, help_text: str) -> None:
 
 
 def configure_figures(p: argparse.ArgumentParser) -> None:
-    from analysis.figures import AGGREGATES  # light: no pandas at import
-
-    _add_runs(p)
-    p.add_argument("--out", "-o", required=True, type=Path, help="folder for the figure files")
+    p.add_argument(
+        "runs",
+        nargs="*",
+        metavar="RUNS_DIR",
+        help="run folders, grid folders (runs/<grid>) or a runs/ directory, any mix",
+    )
     p.add_argument(
         "--paper",
         action="store_true",
@@ -76,50 +81,9 @@ def configure_figures(p: argparse.ArgumentParser) -> None:
         p,
         "draw a reference data set's --shots curves: jft-curves, the JFT-300M few-shot "
         "learning curves of Alabdulmohsin et al. 2022, error against pre-training exaFLOPs "
-        "(Fig. 5's view) and against examples seen, "
-        "crossovers marked",
+        "(Fig. 5's view) and against examples seen, crossovers marked",
     )
-    p.add_argument(
-        "--overlay-paper",
-        action="store_true",
-        help="draw Table 6's points on comparable compute panels (else beside them)",
-    )
-    p.add_argument(
-        "--metric",
-        action="append",
-        metavar="COLUMN",
-        help="metric column for the compute figure, repeatable "
-        "(default: the transfer metrics found and their average)",
-    )
-    p.add_argument(
-        "--group-by",
-        default="model",
-        metavar="COLUMN",
-        help="one line per value of this column in the data-size figure and the curves "
-        "(default model; any column, e.g. config.optim.lr)",
-    )
-    p.add_argument(
-        "--color-by",
-        default="family",
-        metavar="COLUMN",
-        help="colour and frontier grouping of the compute figure (default family)",
-    )
-    p.add_argument(
-        "--agg",
-        choices=AGGREGATES,
-        default="mean",
-        help="combine cells sharing a line and an x value (default mean over seeds)",
-    )
-    p.add_argument(
-        "--fit", action="store_true", help="draw the power-law fit on the compute figure"
-    )
-    p.add_argument(
-        "--bootstrap",
-        type=int,
-        default=200,
-        help="bootstrap refits for the --fit band (default 200)",
-    )
-    p.add_argument("--curves", action="store_true", help="also plot the metrics along training")
+    _add_figure_options(p)
     p.add_argument(
         "--wandb",
         metavar="ENTITY/PROJECT",
@@ -128,14 +92,6 @@ def configure_figures(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--group", metavar="GRID", help="with --wandb: the grid's name, its runs' W&B group"
-    )
-    p.add_argument(
-        "--format",
-        dest="formats",
-        nargs="+",
-        choices=("png", "pdf", "svg"),
-        default=["png", "pdf"],
-        help="file formats (default png pdf)",
     )
 
 
@@ -187,20 +143,7 @@ def _load_wandb(path: str, group: str | None, *, curves: bool):
 def _options(args: argparse.Namespace):
     from analysis.draw import FigureOptions
 
-    return FigureOptions(
-        out=args.out,
-        shots=args.shots,
-        metrics=args.metric,
-        group_by=args.group_by,
-        color_by=args.color_by,
-        agg=args.agg,
-        overlay_paper=args.overlay_paper,
-        fit=args.fit,
-        bootstrap=args.bootstrap,
-        curves=args.curves,
-        formats=tuple(args.formats),
-        settings=args.settings,
-    )
+    return FigureOptions(**{f.name: getattr(args, f.name) for f in fields(FigureOptions)})
 
 
 def _check_figures(args: argparse.Namespace) -> None:
