@@ -38,39 +38,34 @@ class MixerBlock(nn.Module):
 
 
 class MlpMixer(nn.Module):
-    """Patches ``patch_size`` x ``patch_size`` of an ``image_size`` image, ``depth``
-    Mixer layers of hidden size ``width``, and the paper's pre-training or fine-tuning head
-    (:class:`~vitscale.models.heads.Head`)."""
+    """The Mixer a spec describes (:mod:`vitscale.families.mixer`) at ``image_size``, with
+    the paper's pre-training or fine-tuning head (:class:`~vitscale.models.heads.Head`)."""
 
     def __init__(
         self,
         *,
+        spec: MixerSpec,
         image_size: int,
-        patch_size: int,
-        width: int,
-        depth: int,
-        token_mlp: int,
-        channel_mlp: int,
         num_classes: int,
         head: str = "pretrain",
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        if image_size % patch_size:
-            raise ValueError(f"patch size {patch_size} does not divide image size {image_size}")
+        if image_size % spec.patch:
+            raise ValueError(f"patch size {spec.patch} does not divide image size {image_size}")
         self.image_size = image_size
-        tokens = (image_size // patch_size) ** 2
-        self.stem = nn.Conv2d(3, width, kernel_size=patch_size, stride=patch_size)
+        tokens, width = (image_size // spec.patch) ** 2, spec.width
+        self.stem = nn.Conv2d(3, width, kernel_size=spec.patch, stride=spec.patch)
         self.blocks = nn.Sequential(
             *(
                 MixerBlock(
                     tokens=tokens,
                     width=width,
-                    token_mlp=token_mlp,
-                    channel_mlp=channel_mlp,
+                    token_mlp=spec.token_mlp,
+                    channel_mlp=spec.channel_mlp,
                     dropout=dropout,
-                )  # fmt: skip
-                for _ in range(depth)
+                )
+                for _ in range(spec.depth)
             )
         )
         self.norm = nn.LayerNorm(width, eps=LN_EPS)
@@ -96,13 +91,5 @@ class MlpMixer(nn.Module):
 def build(spec: MixerSpec, at: Build) -> MlpMixer:
     """The registry's builder (:mod:`vitscale.families.mixer`)."""
     return MlpMixer(
-        image_size=at.size,
-        patch_size=spec.patch,
-        width=spec.width,
-        depth=spec.depth,
-        token_mlp=spec.token_mlp,
-        channel_mlp=spec.channel_mlp,
-        num_classes=at.num_classes,
-        head=at.head,
-        dropout=at.dropout,
+        spec=spec, image_size=at.size, num_classes=at.num_classes, head=at.head, dropout=at.dropout
     )
