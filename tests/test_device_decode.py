@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torchvision.transforms import v2
 
-from vitscale.data.shards.device import DeviceDecoder, EncodedBatch, flipped, inception_crop
+from vitscale.data.shards.dataset import EncodedBatch
+from vitscale.data.shards.device import DeviceDecoder, flipped, inception_crop
 from vitscale.data.transforms import (
     INCEPTION_AREA,
     INCEPTION_RATIO,

@@ -20,6 +20,7 @@ the synthetic tasks have a separate val stream instead); ``minitrain``, train wi
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,16 @@ class DatasetNotFoundError(ValueError):
 
 class DatasetFormatError(ValueError):
     """A dataset is there but a file in it is not in the expected format."""
+
+
+def decode_reason(error: BaseException) -> str:
+    """Why a decoder (torchvision's or PIL's) refused an image, alone: the first line of its
+    message without torchvision's C++ source location, its advice on AVIF and HEIC (which
+    misleads about a damaged JPEG), and PIL's name of the file (the error names it)."""
+    text = (str(error).splitlines() or [type(error).__name__])[0]
+    text = re.sub(r"^.*\.cpp:\d+, ", "", text)
+    text = re.sub(r"\s*For avif and heic format.*$", "", text)
+    return re.sub(r" (<_io\.\w+ [^>]*>|'[^']*')$", "", text)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ reported with the batch (``Batch.skipped``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,6 @@ from ..registry import DatasetFormatError, DatasetNotFoundError
 from ..stream import OwnStream, PositionStream, ReadFailure, seed63
 from ..subsets import SubsetSpec
 from ..transforms import eval_transform, to_signed_float, train_transform
-from .device import EncodedBatch
 from .index import (
     Selection,
     ShardIndex,
@@ -47,6 +47,22 @@ _SKIP_HINT = (
     "set data.skip_bad_samples: N to replace up to N bad examples by the next ones "
     "(counted in result.json), or repair the shard"
 )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EncodedBatch(Batch):
+    """A batch as the workers read it: ``images`` holds every example's encoded bytes
+    back to back (uint8, 1-D), ``lengths`` each one's length, ``seeds`` each one's
+    augmentation key (64-bit, so not a tensor), ``where`` each one's (shard, key) and
+    ``positions`` its stream position (to replace one that does not decode)."""
+
+    lengths: Tensor
+    seeds: tuple[int, ...]
+    where: tuple[tuple[str, str], ...] = ()
+    positions: tuple[int, ...] = ()
+
+    def encoded(self) -> list[Tensor]:
+        return list(self.images.split(self.lengths.tolist()))
 
 
 class ShardSet(Dataset, OwnStream):

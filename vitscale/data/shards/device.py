@@ -33,8 +33,6 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -43,26 +41,8 @@ from torchvision.transforms.v2 import functional as TF
 from ..batch import Batch
 from ..registry import DatasetFormatError
 from ..transforms import EVAL_RESIZE_RATIO, INCEPTION_AREA, INCEPTION_RATIO
+from .dataset import EncodedBatch, ShardStream
 from .read import SampleError, decode
-
-if TYPE_CHECKING:
-    from .dataset import ShardStream
-
-
-@dataclass(frozen=True, kw_only=True)
-class EncodedBatch(Batch):
-    """A batch as the workers read it: ``images`` holds every example's encoded bytes
-    back to back (uint8, 1-D), ``lengths`` each one's length, ``seeds`` each one's
-    augmentation key (64-bit, so not a tensor), ``where`` each one's (shard, key) and
-    ``positions`` its stream position (to replace one that does not decode)."""
-
-    lengths: Tensor
-    seeds: tuple[int, ...]
-    where: tuple[tuple[str, str], ...] = ()
-    positions: tuple[int, ...] = ()
-
-    def encoded(self) -> list[Tensor]:
-        return list(self.images.split(self.lengths.tolist()))
 
 
 def inception_crop(

@@ -53,7 +53,7 @@ try:  # deprecated since torchvision 0.29 in favour of TorchCodec; PIL takes ove
 except ImportError:  # pragma: no cover - a torchvision without image decoding
     _decode_image = _ImageReadMode = None
 
-from ..registry import DatasetFormatError, DatasetNotFoundError
+from ..registry import DatasetFormatError, DatasetNotFoundError, decode_reason
 from .index import IMAGE_EXTS, LABEL_EXTS
 
 _BLOCK = 512
@@ -236,16 +236,6 @@ def decode_torchvision(data: bytes) -> Tensor:
 def decode(data: bytes) -> Tensor:
     """Image bytes -> ``(3, H, W)`` uint8 RGB; ValueError with the decoder's reason."""
     return decode_torchvision(data) if _decode_image is not None else decode_pil(data)
-
-
-def decode_reason(error: BaseException) -> str:
-    """Why a decoder (torchvision's or PIL's) refused an image, alone: the first line of its
-    message without torchvision's C++ source location, its advice on AVIF and HEIC (which
-    misleads about a damaged JPEG), and PIL's name of the file (the error names it)."""
-    text = (str(error).splitlines() or [type(error).__name__])[0]
-    text = re.sub(r"^.*\.cpp:\d+, ", "", text)
-    text = re.sub(r"\s*For avif and heic format.*$", "", text)
-    return re.sub(r" (<_io\.\w+ [^>]*>|'[^']*')$", "", text)
 
 
 # --------------------------------------------------------------------------- scanning

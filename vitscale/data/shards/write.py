@@ -115,7 +115,8 @@ def _image_members(file: Path, *, shorter_side: int | None, verify: bool) -> dic
     ``verify``. ValueError with the reason when it does not decode."""
     from PIL import Image
 
-    from .read import decode, decode_reason
+    from ..registry import decode_reason
+    from .read import decode
 
     ext = ".jpg" if file.suffix.lower() == ".jpeg" else file.suffix.lower()
     try:

@@ -32,8 +32,7 @@ from torchvision import datasets
 
 from ...config.schema import DataConfig
 from ...errors import listing
-from ..registry import LABEL_FILE, SOURCES, DatasetFormatError
-from ..shards.read import decode_reason
+from ..registry import LABEL_FILE, SOURCES, DatasetFormatError, decode_reason
 from .layout import CIFAR_CLASSES, PETS_SPLIT, malformed, missing, require, required_paths
 
 Transform = Callable[[object], Tensor]
