@@ -65,80 +65,19 @@ def print_dry_run(
         "problems": problems,
         **_spent(costs, grid),
     }
+    rows = [_row(c, actions[c.cell.id], fits.get(c.cell.id)) for c in costs]
     if as_json:
-        cells = [
-            {
-                "id": c.cell.id,
-                "block": c.cell.block,
-                "model": c.cell.config.model.name,
-                "patch": _patch(c.cell.config.model.name),
-                "subset": c.cell.config.data.subset,
-                "num_examples": c.num_examples,
-                "steps": c.steps,
-                "examples_seen": c.examples_seen,
-                "exaflops": c.exaflops,
-                "finetune_exaflops": c.finetune_exaflops,
-                "gpu_hours": c.gpu_hours,
-                "gpu_hours_basis": c.basis,
-                "gpu_hours_measured_on": c.measured_on,
-                "node_hours": c.node_hours,
-                "slices": c.slices,
-                "spent_exaflops": c.spent_exaflops,
-                "spent_gpu_hours": c.spent_gpu_hours,
-                "branch": c.cell.config.branch.to_dict(),
-                "action": actions[c.cell.id],
-                "memory": _memory_json(fits.get(c.cell.id)),
-                "config": c.cell.config.to_dict(),
-            }
-            for c in costs
-        ]
-        print(
-            json.dumps({"grid": grid.name, "cells": cells, "total": total}, indent=2, default=str)
-        )
+        print(json.dumps({"grid": grid.name, "cells": rows, "total": total}, indent=2, default=str))
         return _refuse(problems)
     print(
         f"grid {grid.name!r} ({grid.path}): {len(costs)} cells -> {runs_root / grid.name}/<cell id>/"
     )
-    cluster_head = f" {'node-h':>8} {'slices':>6}" if profile else ""
-    memory_head = f" {'GiB/GPU':>7} {'micro':>9}" if fits else ""
-    head = (
-        f"{'id':<10} {'model':<17} {'patch':>5} {'data':<12} {'subset':>8} {'steps':>9} "
-        f"{'examples':>10} {'exaFLOPs':>10} {'ft':>7} {'GPU-h':>9} {'basis':<8}"
-        f"{cluster_head}{memory_head}  state"
-    )
+    columns = _COLUMNS + (_CLUSTER_COLUMNS if profile else ()) + (_MEMORY_COLUMNS if fits else ())
+    head = " ".join(format(name, align) for name, align, _ in columns) + "  state"
     print(head)
     print("-" * len(head))
-
-    def fmt(value, spec):
-        return "?" if value is None else format(value, spec)
-
-    for c in costs:
-        state = {
-            "submit": "to run",
-            "skip-done": "done (skipped)",
-            "skip-running": "running",
-            "skip-queued": "queued",
-            "skip-failed": "failed (not retried)",
-        }[actions[c.cell.id]]
-        examples = None if c.examples_seen is None else _short(c.examples_seen)
-        d, m = c.cell.config.data, c.cell.config.model
-        if m.pretrained:  # nothing to train: its Fig. 5 compute is its recipe's
-            from ..published import published_compute
-
-            pub = published_compute(m.name, m.pretrained_dataset, m.pretrained_epochs)
-            state += f" (published: {pub.exaflops:.4g} exaFLOPs pre-trained)"
-        if (b := c.cell.config.branch).trunk:
-            state += f" (branch of {b.trunk} at step {b.step:,}: spends {fmt(c.spent_gpu_hours, ',.1f')} GPU-h)"
-        elif b.keep:
-            state += f" (trunk: keeps steps {', '.join(f'{s:,}' for s in b.keep)})"
-        cluster = f" {fmt(c.node_hours, ',.1f'):>8} {fmt(c.slices, ''):>6}" if profile else ""
-        print(
-            f"{c.cell.id:<10} {c.cell.config.model.name:<17} {_patch(c.cell.config.model.name):>5} "
-            f"{_dataset(d.dataset):<12} {_subset(d.subset):>8} {fmt(c.steps, ','):>9} {fmt(examples, ''):>10} "
-            f"{fmt(c.exaflops, '.4g'):>10} {fmt(c.finetune_exaflops, '.3g'):>7} "
-            f"{fmt(c.gpu_hours, ',.1f'):>9} {c.basis:<8}"
-            f"{cluster}{_memory_cells(fits.get(c.cell.id))}  {state}"
-        )
+    for r in rows:
+        print(" ".join(format(text(r), align) for _, align, text in columns) + f"  {_state(r)}")
     print("-" * len(head))
     node_hours = f", {total['node_hours']:,.1f} node-hours" if profile else ""
     print(
@@ -177,6 +116,97 @@ def print_dry_run(
             "micro: pre-training micro-batch / per-GPU batch (fine-tuning's after the comma)"
         )
     return _refuse(problems)
+
+
+def _row(c, action: str, fit: Placement | None) -> dict:
+    """One cell of the dry-run: its JSON object, from which its table row is written."""
+    cfg = c.cell.config
+    return {
+        "id": c.cell.id,
+        "block": c.cell.block,
+        "model": cfg.model.name,
+        "patch": _patch(cfg.model.name),
+        "subset": cfg.data.subset,
+        "num_examples": c.num_examples,
+        "steps": c.steps,
+        "examples_seen": c.examples_seen,
+        "exaflops": c.exaflops,
+        "finetune_exaflops": c.finetune_exaflops,
+        "gpu_hours": c.gpu_hours,
+        "gpu_hours_basis": c.basis,
+        "gpu_hours_measured_on": c.measured_on,
+        "node_hours": c.node_hours,
+        "slices": c.slices,
+        "spent_exaflops": c.spent_exaflops,
+        "spent_gpu_hours": c.spent_gpu_hours,
+        "branch": cfg.branch.to_dict(),
+        "action": action,
+        "memory": _memory_json(fit),
+        "config": cfg.to_dict(),
+    }
+
+
+def _fmt(value, spec: str = "") -> str:
+    return "?" if value is None else format(value, spec)
+
+
+def _micro(r: dict) -> str:
+    m = r["memory"]
+    micro = f"{m['micro_batch_size'] or '-'}/{m['per_process_batch']}"
+    if m["finetune_per_process_batch"]:
+        micro += f",{m['finetune_micro_batch_size'] or '-'}"
+    return micro
+
+
+# The dry-run's table: (header, alignment and width, a row's text).
+_COLUMNS = (
+    ("id", "<10", lambda r: r["id"]),
+    ("model", "<17", lambda r: r["model"]),
+    ("patch", ">5", lambda r: r["patch"]),
+    ("data", "<12", lambda r: _dataset(r["config"]["data"]["dataset"])),
+    ("subset", ">8", lambda r: _subset(r["subset"])),
+    ("steps", ">9", lambda r: _fmt(r["steps"], ",")),
+    ("examples", ">10", lambda r: _fmt(r["examples_seen"] and _short(r["examples_seen"]))),
+    ("exaFLOPs", ">10", lambda r: _fmt(r["exaflops"], ".4g")),
+    ("ft", ">7", lambda r: _fmt(r["finetune_exaflops"], ".3g")),
+    ("GPU-h", ">9", lambda r: _fmt(r["gpu_hours"], ",.1f")),
+    ("basis", "<8", lambda r: r["gpu_hours_basis"]),
+)
+_CLUSTER_COLUMNS = (
+    ("node-h", ">8", lambda r: _fmt(r["node_hours"], ",.1f")),
+    ("slices", ">6", lambda r: _fmt(r["slices"])),
+)
+_MEMORY_COLUMNS = (  # "!": the step does not fit
+    (
+        "GiB/GPU",
+        ">7",
+        lambda r: f"{r['memory']['gib']:>6.1f}{'!' if r['memory']['problems'] else ' '}",
+    ),
+    ("micro", ">9", _micro),
+)
+_STATES = {
+    "submit": "to run",
+    "skip-done": "done (skipped)",
+    "skip-running": "running",
+    "skip-queued": "queued",
+    "skip-failed": "failed (not retried)",
+}
+
+
+def _state(r: dict) -> str:
+    state = _STATES[r["action"]]
+    m, b = r["config"]["model"], r["branch"]
+    if m["pretrained"]:  # nothing to train: its Fig. 5 compute is its recipe's
+        from ..published import published_compute
+
+        pub = published_compute(m["name"], m["pretrained_dataset"], m["pretrained_epochs"])
+        state += f" (published: {pub.exaflops:.4g} exaFLOPs pre-trained)"
+    if b["trunk"]:
+        hours = _fmt(r["spent_gpu_hours"], ",.1f")
+        state += f" (branch of {b['trunk']} at step {b['step']:,}: spends {hours} GPU-h)"
+    elif b["keep"]:
+        state += f" (trunk: keeps steps {', '.join(f'{s:,}' for s in b['keep'])})"
+    return state
 
 
 def _spent(costs, grid: Grid) -> dict:
@@ -294,16 +324,6 @@ def _usable_gib(profile: Profile) -> float:
     return usable_bytes(profile.gpu_mem_gb * GiB) / GiB
 
 
-def _memory_cells(f: Placement | None) -> str:
-    if f is None:
-        return ""
-    micro = f"{f.micro_batch or '-'}/{f.per_process_batch}"
-    if f.finetune_per_process_batch:
-        micro += f",{f.finetune_micro_batch or '-'}"
-    mark = "!" if f.problems else ""
-    return f" {f.memory_gib:>6.1f}{mark or ' '} {micro:>9}"
-
-
 def _memory_json(f: Placement | None) -> dict | None:
     if f is None:
         return None
@@ -311,8 +331,10 @@ def _memory_json(f: Placement | None) -> dict | None:
         "processes": f.processes,
         "device": f.device,
         "precision": f.precision,
+        "gib": f.memory_gib,
         "micro_batch_size": f.micro_batch,
         "per_process_batch": f.per_process_batch,
+        "finetune_per_process_batch": f.finetune_per_process_batch,
         "pretrain_bytes": f.pretrain.as_dict(),
         "finetune_micro_batch_size": f.finetune_micro_batch,
         "finetune_bytes": f.finetune.as_dict() if f.finetune else None,
