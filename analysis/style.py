@@ -110,11 +110,6 @@ def size_marker(size: str) -> str:
     return MARKERS[sum(map(ord, size)) % len(MARKERS)]
 
 
-def size_markers(sizes: Iterable[str]) -> dict[str, str]:
-    """``{size: marker}`` in canonical size order (:func:`size_marker`)."""
-    return {s: size_marker(s) for s in sorted(set(map(str, sizes)), key=size_key)}
-
-
 def family_color(family: str) -> str:
     return FAMILY_COLORS.get(str(family), OTHER_COLOR)
 

@@ -210,7 +210,6 @@ class ResNetV2(nn.Module):
 
     def __init__(self, *, spec: ResNetSpec, num_classes: int, head: str = "pretrain") -> None:
         super().__init__()
-        self.image_channels = 3
         # big_transfer pads the stem conv's output with zeros, then pools without padding
         # (its bit_pytorch notes that MaxPool2d(padding=1), i.e. -inf, "is subtly not the
         # same": the conv output is signed, there is no ReLU before the pool).
