@@ -16,6 +16,11 @@ from ..catalog import parse
 
 _COMMON = {"optim": {"name": "adamw", "end_lr": 1e-5}, "train": {"grad_clip": 1.0}}
 
+_CPU = {
+    "model": {"dropout": 0.0},
+    "train": {"batch_size": 256, "loss": "softmax"},
+    "optim": {"lr": 1e-3, "weight_decay": 0.1, "schedule": "linear", "warmup_steps": 50},
+}
 _BY_RECIPE = {
     # JFT-300M: Adam(0.9, 0.999), batch 4096, wd 0.1, no dropout, 10k warm-up, linear decay.
     "jft": {
@@ -35,26 +40,14 @@ _BY_RECIPE = {
         "train": {"batch_size": 4096, "loss": "softmax"},
         "optim": {"lr": 3e-3, "weight_decay": 0.3, "schedule": "cosine", "warmup_steps": 10_000},
     },
-    # Ours: CPU-sized runs on the synthetic set (the demo and tests).
-    "synthetic": {
-        "model": {"dropout": 0.0},
-        "train": {"batch_size": 256, "loss": "softmax"},
-        "optim": {"lr": 1e-3, "weight_decay": 0.1, "schedule": "linear", "warmup_steps": 50},
-    },
-    # Ours: an own single-label set (imagefolder:, shards:) of any size: values a few
-    # thousand images and a few hundred steps can run (the synthetic recipe's); a paper-scale
-    # set names its paper recipe (recipe: imagenet21k) instead.
-    "small": {
-        "model": {"dropout": 0.0},
-        "train": {"batch_size": 256, "loss": "softmax"},
-        "optim": {"lr": 1e-3, "weight_decay": 0.1, "schedule": "linear", "warmup_steps": 50},
-    },
+    # Ours: CPU-sized runs on the synthetic set (the demo and tests); also an own
+    # single-label set (imagefolder:, shards:) of any size, "small": values a few thousand
+    # images and a few hundred steps can run (a paper-scale set names its paper recipe,
+    # recipe: imagenet21k, instead).
+    "synthetic": _CPU,
+    "small": _CPU,
     # Ours: the scenes world (multi-label, JFT-like): the synthetic recipe, sigmoid loss.
-    "scenes": {
-        "model": {"dropout": 0.0},
-        "train": {"batch_size": 256, "loss": "sigmoid"},
-        "optim": {"lr": 1e-3, "weight_decay": 0.1, "schedule": "linear", "warmup_steps": 50},
-    },
+    "scenes": _CPU | {"train": {"batch_size": 256, "loss": "sigmoid"}},
     # Training from scratch on a small transfer set (rare; fine-tuning has its own recipe).
     "transfer": {
         "model": {"dropout": 0.1},
