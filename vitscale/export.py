@@ -25,7 +25,6 @@ from . import record as rf
 from .catalog import parse
 
 FORMATS = {"timm": "pytorch_model.bin", "safetensors": "model.safetensors"}
-# timm's registered BiT ports (resnetv2_<depth>x<width>_bit): the only ResNets it can build.
 NORMALISE = {
     "mean": [0.5, 0.5, 0.5],
     "std": [0.5, 0.5, 0.5],
@@ -100,7 +99,7 @@ def export_run(
     image_size = int(config["data"]["image_size"])
     spec = parse(name)
     state, step = _latest_state(run_dir)
-    pool = None if spec.pools == ("gap",) else ("token" if "cls_token" in state else "gap")
+    pool = None if "token" not in spec.pools else ("token" if "cls_token" in state else "gap")
 
     note = ""
     head = {k for k in state if k.startswith("head.")}
