@@ -9,9 +9,9 @@ Columns of the cells frame (:data:`BASE_COLUMNS` first, then metrics, then confi
 - identity: ``source`` ("runs", "wandb" or "paper"), ``path``, ``cell_id``, ``grid``,
   ``status`` (done, failed, running, pending), ``error``;
 - model, decoded from its name (:func:`vitscale.catalog.model_columns`): ``model``, ``family``
-  ("ViT", "ResNet", "Hybrid"), ``size`` ("B", "L" ... for ViTs and hybrids, "R50x1" ... for
-  ResNets), ``patch`` (ViT patch size; a hybrid's total downsampling, the number after its
-  slash; empty for ResNets);
+  (:data:`vitscale.catalog.FAMILIES`), ``size`` ("B", "L" ... for ViTs, hybrids and Mixers,
+  "R50x1" ... for ResNets), ``patch`` (pixels per token side: a hybrid's total downsampling,
+  the number after its slash; empty for ResNets);
 - pre-training: ``pretrain_dataset``, ``subset`` (as written in the config: "10k", 10000,
   0.1 or None), ``num_examples`` (the resolved subset size: Fig. 4's x axis),
   ``examples_seen``, ``epochs`` (= examples_seen / num_examples), ``exaflops`` (total
