@@ -1,5 +1,5 @@
 """Backtests of a scaling-law extrapolation: fit the early part of a curve, predict the
-rest, and score the prediction and its interval (``vitscale fit --holdout``,
+rest, and score the prediction and its interval (``vitscale backtest``,
 benchmarks/extrapolation.py).
 
 A :class:`Split` is one curve cut in two: the published split of a reference curve
@@ -19,7 +19,7 @@ Estimators (:data:`ESTIMATORS`): ``extrapolate`` (:func:`analysis.scaling.extrap
 the curve's own frontier, its bootstrap band as the interval: what ``vitscale fit`` did
 before extrapolate).
 
-The same curves uncut (``fraction=None``) are what ``vitscale fit --predict X`` reads:
+The same curves uncut (``fraction=None``) are what ``vitscale predict --at X`` reads:
 :func:`predictions` of each curve at new x, with extrapolate's interval. Every table here
 has a legend, one line per column, and every interval printed goes with
 :func:`calibration_note` (what such an interval covered on the JFT benchmark).
@@ -405,7 +405,7 @@ def prediction_legend(rows: Sequence[Prediction], *, level: float, x: str) -> li
         f"metric: {metrics[0]}, every row"
         if len(metrics) == 1
         else "metric: the accuracy whose learning curve is predicted",
-        f"x: where the error is predicted (--predict), in {x}",
+        f"x: where the error is predicted (--at), in {x}",
         "error: the predicted error, 1 - accuracy/100 (the median of extrapolate's law)",
         f"lower, upper: the central {100 * level:g}% interval of an error observed at x",
         "accuracy: 100 (1 - error), in percent",

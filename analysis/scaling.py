@@ -68,7 +68,7 @@ LEGEND = (
     "c: the error no amount of x removes (100 (1 - c): the saturating accuracy)",
     "a, d: the law's scale and the x below which it flattens (they trade off against each other)",
     "[lo, hi]: the parameter's interval over bootstrap refits of the frontier: the law's "
-    "uncertainty, not a prediction's (--predict X gives those)",
+    "uncertainty, not a prediction's (vitscale predict --at X gives those)",
     f"not determined: the refits spread it over more than {UNDETERMINED_SPAN:g}x: these points "
     "do not pin it down",
 )

@@ -213,7 +213,7 @@ PINNED_IDS = {
 }
 # Since the study's registration 3 (2026-11-26): 600 steps on 1,536 and 76,800 images,
 # both families fp32 (the study's cells of the same configs, so the same ids)
-# Evaluating every 75 steps (8 points per learning curve, for `fit --curves --holdout`) gave
+# Evaluating every 75 steps (8 points per learning curve, for `backtest --curves`) gave
 # the demo new ids on 2026-11-28; they stay these from now on.
 DEMO_IDS = ["41747633ae", "d91d717539", "45e40fd94d", "f6d21aa465"]  # the ResNet cells
 DEMO_IDS += ["97c41146fe", "06d8edaf26", "c6eeaf1f58", "94a7fecf85"]  # the ViT cells

@@ -162,10 +162,10 @@ def test_figures_reference_jft_curves(tmp_path, capsys):
         _run("figures", ["--reference", "jft-curves", "--shots", "1", "--out", str(tmp_path)])
 
 
-def test_fit_holdout_on_a_reference_curve_json(capsys):
-    argv = ["--reference", "jft-curves", "--holdout", "--model", "ViT-B/16"]
+def test_backtest_on_a_reference_curve_json(capsys):
+    argv = ["--reference", "jft-curves", "--model", "ViT-B/16"]
     argv += ["--metric", "fewshot/imagenet/5shot", "--level", "0.9", "--json"]
-    assert _run("fit", argv) == 0
+    assert _run("backtest", argv) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["holdout"] == "split" and got["estimator"] == "extrapolate"
     (curve,) = got["curves"]
@@ -179,18 +179,18 @@ def test_fit_holdout_on_a_reference_curve_json(capsys):
     assert 0 <= curve["coverage"] <= 1 and got["summary"]["rmse_mean"] == curve["rmse"]
 
 
-def test_fit_holdout_on_runs_frontiers_and_curves(tmp_path, capsys):
+def test_backtest_on_runs_frontiers_and_curves(tmp_path, capsys):
     steps = tuple(40 * 2**i for i in range(8))  # 8 compute budgets: a frontier to cut
     fixtures.write_runs(
         tmp_path, cells=8, models=("ViT-Pico/4",), subsets=(10_000,), steps=steps, evals=12
     )
-    argv = [str(tmp_path), "--holdout", "0.3", "--curves", "--metric"]
-    assert _run("fit", [*argv, "fewshot/synthetic-shapes/5shot", "--json"]) == 0
+    argv = [str(tmp_path), "--fraction", "0.3", "--curves", "--metric"]
+    assert _run("backtest", [*argv, "fewshot/synthetic-shapes/5shot", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["holdout"] == 0.3 and len(got["curves"]) == 8 and not got["failures"]
     assert all(c["n_fit"] + c["n_held"] == 12 for c in got["curves"])
     # frontiers: the 8 cells' (compute, accuracy) points of one family
-    assert _run("fit", [str(tmp_path), "--holdout", "0.3", "--x", "exaflops"]) == 0
+    assert _run("backtest", [str(tmp_path), "--fraction", "0.3", "--x", "exaflops"]) == 0
     out = capsys.readouterr().out
     assert "RMSE of log error" in out and "interval: coverage" in out
 
@@ -198,15 +198,28 @@ def test_fit_holdout_on_runs_frontiers_and_curves(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("argv", "match"),
     [
-        (["RUNS", "--holdout"], "before the held-out last 0.3 .*: a frontier needs >= 4"),
-        (["RUNS", "--holdout", "1.5"], r"--holdout '1.5': give a FRACTION in \(0, 1\)"),
+        (["RUNS"], "before the held-out last 0.3 .*: a frontier needs >= 4"),
+        (["RUNS", "--fraction", "1.5"], r"--fraction 1.5: give a fraction in \(0, 1\)"),
         (["--reference", "jft-curves", "--model", "ViT-H/14"], "unknown model.*valid: BiT-R101x3"),
         (["--reference", "jft-curves", "--estimator", "M4"], "valid: extrapolate, power-law"),
         (["RUNS", "--reference", "jft-curves"], "give it alone"),
-        (["RUNS", "--curves"], "--curves goes with --holdout or --predict X"),
     ],
 )
-def test_fit_holdout_errors(argv, match, runs):
+def test_backtest_errors(argv, match, runs):
+    argv = [str(runs) if a == "RUNS" else a for a in argv]
+    with pytest.raises(UserError, match=match):
+        _run("backtest", argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["RUNS", "--predict", "1e3"], "a command of their own: vitscale predict ... --at X"),
+        (["RUNS", "--holdout"], "a command of their own: vitscale backtest"),
+        (["--reference", "jft-curves"], "a command of their own: vitscale backtest"),
+    ],
+)
+def test_fits_old_flags_point_at_the_new_commands(argv, match, runs):
     argv = [str(runs) if a == "RUNS" else a for a in argv]
     with pytest.raises(UserError, match=match):
         _run("fit", argv)

@@ -1,6 +1,6 @@
-"""`vitscale fit` for a user's own runs: predictions with extrapolate's
+"""`vitscale fit`, `predict` and `backtest` for a user's own runs: predictions with extrapolate's
 interval and its calibration said, every column explained, a design that cannot support
-a fit said once with what would, bare --holdout, bootstrap intervals that say nothing
+a fit said once with what would, a backtest without --fraction, bootstrap intervals that say nothing
 flagged. Run folders come from analysis.fixtures (nothing is trained)."""
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ def study(tmp_path_factory):
     return root
 
 
-def _fit(argv: list[str], capsys) -> tuple[int, str, str]:
+def _fit(argv: list[str], capsys, command: str = "fit") -> tuple[int, str, str]:
     capsys.readouterr()
-    code = main(["fit", *argv])
+    code = main([command, *argv])
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -68,8 +68,8 @@ def _legend(out: str) -> list[str]:
 
 
 def test_predict_prints_extrapolates_interval_its_columns_and_its_calibration(study, capsys):
-    argv = [str(study), "--curves", "--metric", METRIC, "--predict", "1e6", "--level", "0.8"]
-    code, out, _ = _fit(argv, capsys)
+    argv = [str(study), "--curves", "--metric", METRIC, "--at", "1e6", "--level", "0.8"]
+    code, out, _ = _fit(argv, capsys, "predict")
     assert code == 0
     header, *rows = out.split("\n\n")[0].splitlines()
     assert header.split() == [
@@ -105,7 +105,7 @@ def test_predict_prints_extrapolates_interval_its_columns_and_its_calibration(st
     assert legend[0] == f"metric: {METRIC}, every row"  # one metric: said once, not per row
     assert "a nominal 80% interval covered 62%" in legend[-1]
     # On a frontier, in exaFLOPs, as JSON.
-    code, out, _ = _fit([str(study), "--by", "none", "--predict", "1e-3", "--json"], capsys)
+    code, out, _ = _fit([str(study), "--by", "none", "--at", "1e-3", "--json"], capsys, "predict")
     (got,) = json.loads(out)["predictions"]
     assert code == 0 and got["x"] == 1e-3 and got["lower"] < got["error"] < got["upper"]
 
@@ -116,18 +116,19 @@ def test_the_demos_design_is_said_once_with_what_would_fit(demo, capsys):
     assert _said(err) == [
         "error: 2 of 2 frontiers have fewer than 4 distinct exaflops values (ResNet: 1, ViT: 1): "
         "a frontier needs >= 4 compute points: add durations (train.steps) or model sizes to "
-        "the grid; the learning curves per cell have 3 evaluations: --curves --predict X needs "
-        ">= 4, --curves --holdout needs >= 8 evenly spaced evaluations per run: set "
+        "the grid; the learning curves per cell have 3 evaluations: vitscale predict --curves "
+        "--at X needs >= 4, vitscale backtest --curves needs >= 8 evenly spaced evaluations "
+        "per run: set "
         "train.eval_every to at most 75 (train.steps 600 / 8) and train again"
     ]
-    code, out, err = _fit([str(demo), "--curves", "--holdout"], capsys)
+    code, out, err = _fit([str(demo), "--curves"], capsys, "backtest")
     assert code == 2 and "cannot" not in out
     assert _said(err) == [
-        "error: 8 of 8 learning curves have 3 evaluations, and --holdout 0.3 leaves 2 to fit: "
+        "error: 8 of 8 learning curves have 3 evaluations, and --fraction 0.3 leaves 2 to fit: "
         "extrapolate needs >= 4 fitted, so >= 8 evenly spaced evaluations per run: set "
         "train.eval_every to at most 75 (train.steps 600 / 8) and train again"
     ]
-    code, _, err = _fit([str(demo), "--curves", "--predict", "2e5"], capsys)
+    code, _, err = _fit([str(demo), "--curves", "--at", "2e5"], capsys, "predict")
     assert code == 2 and len(_said(err)) == 1
     assert "set train.eval_every to at most 150 (train.steps 600 / 4)" in err
 
@@ -140,9 +141,10 @@ def test_a_frontier_too_short_points_at_curves_that_can_be_fitted(tmp_path, caps
     code, _, err = _fit([str(tmp_path), "--bootstrap", "0"], capsys)
     assert code == 2 and len(_said(err)) == 1
     assert err.rstrip().endswith(
-        "to the grid; a learning curve per cell: use --curves --predict X or --curves --holdout"
+        "to the grid; a learning curve per cell: use vitscale predict --curves --at X or "
+        "vitscale backtest --curves"
     )
-    code, _, err = _fit([str(tmp_path), "--predict", "1"], capsys)
+    code, _, err = _fit([str(tmp_path), "--at", "1"], capsys, "predict")
     assert code == 2 and err.rstrip().endswith("; a learning curve per cell: add --curves")
 
 
@@ -163,11 +165,12 @@ def test_a_frontier_of_a_metric_without_curves_says_only_what_the_frontier_needs
     )
 
 
-def test_bare_holdout_backtests_the_last_30_percent_and_explains_reach(study, capsys):
-    code, out, _ = _fit([str(study), "--curves", "--metric", METRIC, "--holdout", "--json"], capsys)
+def test_a_backtest_holds_out_the_last_30_percent_and_explains_reach(study, capsys):
+    argv = [str(study), "--curves", "--metric", METRIC]
+    code, out, _ = _fit([*argv, "--json"], capsys, "backtest")
     got = json.loads(out)
     assert code == 0 and got["holdout"] == 0.3 and len(got["curves"]) == 8
-    code, out, _ = _fit([str(study), "--curves", "--metric", METRIC, "--holdout"], capsys)
+    code, out, _ = _fit(argv, capsys, "backtest")
     assert code == 0
     assert "reach: the farthest held-out x over the last fitted x" in out
     assert "the last 0.3 of its log-x range" in out

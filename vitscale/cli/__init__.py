@@ -62,11 +62,19 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Handle
         figures.run_figures,
     ),
     "fit": (
-        "fit the saturating power law error = a (C + d)^-b + c to the frontier; --predict X: "
-        "the error extrapolated to X, with an interval; --holdout: backtest an extrapolation "
-        "(RMSE of log error, interval coverage)",
+        "fit the saturating power law error = a (C + d)^-b + c to the frontier",
         figures.configure_fit,
         figures.run_fit,
+    ),
+    "predict": (
+        "the error extrapolated to given x (compute, data or examples seen), with an interval",
+        figures.configure_predict,
+        figures.run_predict,
+    ),
+    "backtest": (
+        "score extrapolation on the curves' held-out ends (RMSE of log error, coverage)",
+        figures.configure_backtest,
+        figures.run_backtest,
     ),
     "summary": (
         "the measured answer: ResNet vs ViT transfer by pre-training size, and vs compute",

@@ -4,9 +4,10 @@ library (:mod:`analysis.draw`, :func:`analysis.scaling.fit_groups`,
 ``vitscale --help`` stays fast; the files written are listed in :mod:`analysis.draw`.
 
 ``vitscale figures --reference jft-curves --out DIR`` draws a reference data set
-(:func:`analysis.draw.reference_figures`); ``vitscale fit --holdout`` backtests an
-extrapolation (:mod:`analysis.holdout`): on a reference's curves, on each cell's learning
-curve (``--curves``) or on each group's frontier.
+(:func:`analysis.draw.reference_figures`); ``vitscale predict`` extrapolates each curve
+to given x with an interval, ``vitscale backtest`` scores such extrapolations on the
+curves' held-out ends (:mod:`analysis.holdout`): a reference's curves, each cell's learning
+curve (``--curves``) or each group's frontier.
 
 ``vitscale figures --wandb ENTITY/PROJECT --group GRID --out DIR`` draws the same files
 from the grid's W&B runs (:func:`vitscale.record.wandb_runs.load_wandb`, online), so a
@@ -26,7 +27,7 @@ from ..errors import UserError, user_errors
 if TYPE_CHECKING:
     from analysis.control import World
 
-SPLIT = "split"  # --holdout without a FRACTION: a reference's published split, else:
+SPLIT = "split"  # backtest without --fraction: a reference's published split, else:
 DEFAULT_FRACTION = 0.3  # the last 30% of each curve's log-x range
 # --x of `vitscale fit`: the cost axis of the law.
 X_COLUMNS = {"exaflops": "exaflops", "examples": "num_examples", "examples_seen": "examples_seen"}
@@ -158,7 +159,7 @@ def _check_figures(args: argparse.Namespace) -> None:
         raise UserError("--group selects a grid's W&B runs: use it with --wandb ENTITY/PROJECT")
     if args.shots is not None and args.shots < 1:
         raise UserError(f"--shots must be a positive integer, got {args.shots}")
-    if args.bootstrap < 0:
+    if args.bootstrap is not None and args.bootstrap < 0:
         raise UserError(f"--bootstrap must be >= 0, got {args.bootstrap}")
 
 
@@ -192,8 +193,14 @@ def run_figures(args: argparse.Namespace) -> int:
     return 0
 
 
-def configure_fit(p: argparse.ArgumentParser) -> None:
+def _add_law(p: argparse.ArgumentParser, *, mode: str, bootstrap: int | None = 1000) -> None:
+    """What ``fit``, ``predict`` and ``backtest`` share: the curves (RUNS_DIR or --paper;
+    their --x, --metric, --by) and the interval's level."""
     _add_runs(p)
+    p.set_defaults(mode=mode, reference=None, curves=False, model=None, bootstrap=bootstrap)
+    p.add_argument(
+        "--paper", action="store_true", help="the paper's Table 6 instead of (or with) runs"
+    )
     p.add_argument(
         "--x",
         choices=tuple(X_COLUMNS),
@@ -211,49 +218,65 @@ def configure_fit(p: argparse.ArgumentParser) -> None:
         "--by",
         default="family",
         metavar="COLUMN",
-        help="fit each value of this column separately (default family; 'none': all together)",
+        help="a curve (frontier) per value of this column (default family; 'none': one)",
     )
-    p.add_argument(
-        "--paper", action="store_true", help="fit the paper's Table 6 instead of (or with) runs"
-    )
-    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap refits (default 1000)")
     p.add_argument(
         "--level", type=float, default=0.95, help="interval level, e.g. 0.8 (default 0.95)"
     )
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument(
-        "--predict",
-        nargs="+",
-        type=float,
-        metavar="X",
-        help="predict the error at these x (--x's units; with --curves, examples seen) with "
-        "the --level interval of analysis.scaling.extrapolate, from each --by group's "
-        "frontier or, with --curves, each cell's learning curve",
-    )
-    p.add_argument(
-        "--holdout",
-        nargs="?",
-        const=SPLIT,
-        metavar="FRACTION",
-        help="backtest instead of fitting: fit each curve's early part, predict the rest, "
-        "report the RMSE of log error and the coverage of the --level interval. FRACTION "
-        "(0-1): hold out the last FRACTION of each curve's log-x range; without it: "
-        f"{DEFAULT_FRACTION:g} on runs, a --reference's published split. Curves: "
-        "--reference's, each cell's with --curves, else each --by group's frontier",
-    )
-    _add_reference(
-        p,
-        "with --holdout: a reference data set's curves (jft-curves: the 72 JFT-300M few-shot "
-        "learning curves of Alabdulmohsin et al. 2022, split by their authors)",
-    )
+    if bootstrap is not None:  # predict has none: its interval is extrapolate's
+        p.add_argument("--bootstrap", type=int, help=f"bootstrap refits (default {bootstrap})")
+
+
+def _add_cell_curves(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--curves",
         action="store_true",
-        help="with --holdout or --predict on runs: each cell's learning curve (metrics.jsonl: "
-        "examples seen -> few-shot error; --metric, default the --shots-shot ones) instead "
-        "of the frontiers",
+        help="each cell's learning curve (metrics.jsonl: examples seen -> few-shot error; "
+        "--metric, default the --shots-shot ones) instead of the frontiers",
     )
+
+
+def configure_fit(p: argparse.ArgumentParser) -> None:
+    _add_law(p, mode="fit")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    # Predictions and backtests are commands of their own: the old flags say where.
+    p.add_argument("--predict", nargs="*", help=argparse.SUPPRESS)
+    p.add_argument("--holdout", nargs="?", const=SPLIT, help=argparse.SUPPRESS)
+    p.add_argument("--reference", help=argparse.SUPPRESS)
+
+
+def configure_predict(p: argparse.ArgumentParser) -> None:
+    _add_law(p, mode="predict", bootstrap=None)
+    p.add_argument(
+        "--at",
+        nargs="+",
+        type=float,
+        required=True,
+        metavar="X",
+        help="predict the error at these x (--x's units; with --curves, examples seen) with "
+        "the --level interval of analysis.scaling.extrapolate, from each --by group's "
+        "frontier or each cell's learning curve",
+    )
+    _add_cell_curves(p)
+
+
+def configure_backtest(p: argparse.ArgumentParser) -> None:
+    _add_law(p, mode="backtest")
+    p.add_argument(
+        "--fraction",
+        type=float,
+        metavar="F",
+        help="hold out the last F (0-1) of each curve's log-x range, fit the rest, report "
+        "the RMSE of log error and the coverage of the --level interval (default: "
+        f"{DEFAULT_FRACTION:g} on runs, a --reference's published split)",
+    )
+    _add_reference(
+        p,
+        "a reference data set's curves (jft-curves: the 72 JFT-300M few-shot learning "
+        "curves of Alabdulmohsin et al. 2022, split by their authors)",
+    )
+    _add_cell_curves(p)
     p.add_argument(
         "--model",
         action="append",
@@ -263,8 +286,8 @@ def configure_fit(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--estimator",
         default="extrapolate",
-        help="with --holdout: extrapolate (default; analysis.scaling.extrapolate) or "
-        "power-law (the law above on the curve's frontier, its bootstrap band)",
+        help="extrapolate (default; analysis.scaling.extrapolate) or power-law (the "
+        "saturating law on the curve's frontier, its bootstrap band)",
     )
 
 
@@ -284,27 +307,18 @@ def _frames(args: argparse.Namespace):
 
 
 def run_fit(args: argparse.Namespace) -> int:
-    """Handler of ``vitscale fit``: the law's parameters with bootstrap intervals, with
-    ``--predict`` predictions (:func:`run_predict`), with ``--holdout`` a backtest of
-    extrapolation (:func:`run_holdout`)."""
+    """Handler of ``vitscale fit``: the law's parameters with bootstrap intervals."""
     import json
 
     from analysis.scaling import LEGEND, fit_groups
 
-    if args.bootstrap < 0:
-        raise UserError(f"--bootstrap must be >= 0, got {args.bootstrap}")
-    if not 0 < args.level < 1:
-        raise UserError(f"--level must lie in (0, 1), got {args.level}")
+    _check_law(args)
     if args.predict is not None:
-        return run_predict(args)
+        raise UserError("predictions are a command of their own: vitscale predict ... --at X")
     if args.holdout is not None or args.reference:
-        return run_holdout(args)
+        raise UserError("backtests are a command of their own: vitscale backtest ...")
     if not args.paper and not args.runs:
-        raise UserError("vitscale fit: give RUNS_DIR..., --paper and/or --reference NAME --holdout")
-    if args.curves:
-        raise UserError("--curves goes with --holdout or --predict X (a law per cell's curve)")
-    if args.model:
-        raise UserError("--model selects a --reference's curves; for runs use --by model")
+        raise UserError("vitscale fit: give RUNS_DIR... and/or --paper")
     by = None if args.by.lower() == "none" else args.by
     fronts, frame, metric = _curves(args, None)
     if by is not None:  # the groups whose frontier can carry the law
@@ -333,27 +347,30 @@ def run_fit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_law(args: argparse.Namespace) -> None:
+    if args.bootstrap is not None and args.bootstrap < 0:
+        raise UserError(f"--bootstrap must be >= 0, got {args.bootstrap}")
+    if not 0 < args.level < 1:
+        raise UserError(f"--level must lie in (0, 1), got {args.level}")
+
+
 def _fraction(args: argparse.Namespace) -> float | None:
-    """--holdout's FRACTION: DEFAULT_FRACTION on runs without one; None: the reference's
-    published split (also what ``--reference`` alone backtests)."""
-    if args.holdout in (None, SPLIT):
+    """--fraction: DEFAULT_FRACTION on runs without one; None: the reference's published
+    split."""
+    if args.fraction is None:
         return None if args.reference else DEFAULT_FRACTION
-    try:
-        fraction = float(args.holdout)
-    except ValueError:
-        fraction = float("nan")
-    if not 0 < fraction < 1:
+    if not 0 < args.fraction < 1:
         raise UserError(
-            f"--holdout {args.holdout!r}: give a FRACTION in (0, 1) of the log-x range to "
-            f"hold out, or nothing ({DEFAULT_FRACTION:g} on runs, a --reference's published split)"
+            f"--fraction {args.fraction:g}: give a fraction in (0, 1) of the log-x range to "
+            f"hold out, or none ({DEFAULT_FRACTION:g} on runs, a --reference's published split)"
         )
-    return fraction
+    return args.fraction
 
 
 def _curves(args: argparse.Namespace, fraction: float | None):
     """``(curves, frame, metric)``: the reference's curves, each cell's learning curve
     (--curves) or each group's frontier, cut at ``fraction`` (None: whole, for the law and
-    --predict; a reference's published split), those too short to fit said once
+    vitscale predict; a reference's published split), those too short to fit said once
     (:func:`_usable`); frame and metric None for a reference."""
     from analysis import holdout
     from analysis import metrics as M
@@ -369,7 +386,7 @@ def _curves(args: argparse.Namespace, fraction: float | None):
     if args.model:
         raise UserError("--model selects a --reference's curves; for runs use --by model")
     if not args.paper and not args.runs:
-        raise UserError("vitscale fit: give RUNS_DIR..., --paper or --reference NAME")
+        raise UserError(f"vitscale {args.mode}: give RUNS_DIR..., --paper or --reference NAME")
     frame = _frames(args)
     if args.curves:
         if args.paper:
@@ -426,7 +443,7 @@ def _usable(curves: list, args: argparse.Namespace, frame, fraction: float | Non
         return curves
     if args.curves:
         fitted = _span(len(np.unique(s.x_fit)) for s in short)
-        cut = f", and --holdout {fraction:g} leaves {fitted} to fit" if fraction else ""
+        cut = f", and --fraction {fraction:g} leaves {fitted} to fit" if fraction else ""
         need = holdout.evaluations_needed(fraction)
         message = (
             f"{len(short)} of {len(curves)} learning curves have {_evaluations(short)} "
@@ -484,11 +501,14 @@ def _curves_instead(args: argparse.Namespace, frame, fraction: float | None) -> 
     if not curves:
         return "no few-shot learning curves in metrics.jsonl either"
     have = min(len(np.unique(s.x_fit)) for s in curves)
-    options = {"--curves --predict X": None, "--curves --holdout": fraction or DEFAULT_FRACTION}
-    if args.holdout is not None:
-        del options["--curves --predict X"]
-    elif args.predict:
-        del options["--curves --holdout"]
+    options = {
+        "vitscale predict --curves --at X": None,
+        "vitscale backtest --curves": fraction or DEFAULT_FRACTION,
+    }
+    if args.mode == "backtest":
+        del options["vitscale predict --curves --at X"]
+    elif args.mode == "predict":
+        del options["vitscale backtest --curves"]
     needs = {option: holdout.evaluations_needed(f) for option, f in options.items()}
     works = [option for option, need in needs.items() if have >= need]
     if len(works) == len(needs):
@@ -533,21 +553,17 @@ def _x_units(args: argparse.Namespace) -> str:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    """``vitscale fit --predict X ...``: each curve's predicted error at X with
+    """Handler of ``vitscale predict --at X ...``: each curve's predicted error at X with
     extrapolate's --level interval, the columns explained, the interval's calibration said."""
     import json
 
     from analysis import holdout
 
-    if args.holdout is not None or args.reference:
-        raise UserError(
-            "--predict fits each whole curve of RUNS_DIR or --paper; --holdout (and "
-            "--reference) backtest a curve's early part: give one of them"
-        )
-    if bad := [x for x in args.predict if not x > 0]:
-        raise UserError(f"--predict {bad[0]:g}: x must be a positive {_x_units(args)} count")
+    _check_law(args)
+    if bad := [x for x in args.at if not x > 0]:
+        raise UserError(f"--at {bad[0]:g}: x must be a positive {_x_units(args)} count")
     curves, _, _ = _curves(args, None)
-    rows, failures = holdout.predictions(curves, args.predict, level=args.level)
+    rows, failures = holdout.predictions(curves, args.at, level=args.level)
     if args.json:
         out = {
             "x": _x_units(args),
@@ -570,13 +586,14 @@ def run_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_holdout(args: argparse.Namespace) -> int:
-    """``vitscale fit --holdout``: a table of the curves' RMSE of log error, coverage and
+def run_backtest(args: argparse.Namespace) -> int:
+    """Handler of ``vitscale backtest``: a table of the curves' RMSE of log error, coverage and
     width, its columns explained, and their summary (:mod:`analysis.holdout`)."""
     import json
 
     from analysis import holdout
 
+    _check_law(args)
     fraction = _fraction(args)
     splits, _, _ = _curves(args, fraction)
     with user_errors(ValueError):
