@@ -88,6 +88,7 @@ def export_run(
 ) -> Export:
     """Write ``run_dir``'s latest checkpoint as a timm model folder (see module doc)."""
     from .models.layouts import from_vitscale
+    from .models.pretrained import pool_of
 
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; valid: {', '.join(map(repr, FORMATS))}")
@@ -97,9 +98,9 @@ def export_run(
     config = rf.read_json(run_dir / rf.CONFIG)
     name = config["model"]["name"]
     image_size = int(config["data"]["image_size"])
-    spec = parse(name)
+    family = parse(name).family
     state, step = _latest_state(run_dir)
-    pool = None if "token" not in spec.pools else ("token" if "cls_token" in state else "gap")
+    pool = pool_of(name, state)
 
     note = ""
     head = {k for k in state if k.startswith("head.")}
@@ -113,7 +114,7 @@ def export_run(
         int(state["head.classifier.weight"].shape[0]) if "head.classifier.weight" in state else 0
     )
     architecture, model_args = timm_config(name, image_size=image_size, pool=pool)
-    weights = from_vitscale(state, spec.family)
+    weights = from_vitscale(state, family)
 
     target = Path(out) if out is not None else run_dir / f"export-{fmt}"
     if target.exists() and not force:

@@ -50,13 +50,18 @@ def _add_figure_options(p: argparse.ArgumentParser, *names: str) -> None:
         p.add_argument(*flags, dest=f.name, **kw)
 
 
-def _add_runs(p: argparse.ArgumentParser) -> None:
+def _add_run_dirs(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "runs",
         nargs="*",
         metavar="RUNS_DIR",
         help="run folders, grid folders (runs/<grid>) or a runs/ directory, any mix",
     )
+
+
+def _add_runs(p: argparse.ArgumentParser) -> None:
+    """The run folders and how their cells are read: --shots, --settings."""
+    _add_run_dirs(p)
     _add_figure_options(p, "shots", "settings")
 
 
@@ -67,12 +72,7 @@ def _add_reference(p: argparse.ArgumentParser, help_text: str) -> None:
 
 
 def configure_figures(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "runs",
-        nargs="*",
-        metavar="RUNS_DIR",
-        help="run folders, grid folders (runs/<grid>) or a runs/ directory, any mix",
-    )
+    _add_run_dirs(p)  # its --shots and --settings come with the other figure options
     p.add_argument(
         "--paper",
         action="store_true",

@@ -96,6 +96,18 @@ class Family:
         raise ValueError(f"timm has no architecture that builds {self.name}")
 
 
+def size_of(table: dict, family: str, size: str, patch: int, name: str):
+    """``table[size]`` for a name ``family-size/patch``; ``ValueError`` naming the valid
+    sizes, or for a patch below 1."""
+    if size not in table:
+        raise ValueError(
+            f"unknown {family} size {size!r} in {name!r}; valid sizes: {choices(table)}"
+        )
+    if patch < 1:
+        raise ValueError(f"patch size must be a positive integer, got {patch} in {name!r}")
+    return table[size]
+
+
 class Patches:
     """A model that cuts the image into ``patch`` x ``patch`` tokens (ViT, Mixer)."""
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
-from .base import Build, Dtypes, Family, Patches, Saved, Tally, choices
+from .base import Build, Dtypes, Family, Patches, Saved, Tally, choices, size_of
 
 
 class Size(NamedTuple):
@@ -54,13 +54,9 @@ class MixerSpec(Patches, Family):
     def parse(cls, name: str) -> MixerSpec | None:
         if not (m := _NAME.fullmatch(name)):
             return None
-        if (size := m["size"]) not in MIXER_SIZES:
-            raise ValueError(
-                f"unknown Mixer size {size!r} in {name!r}; valid sizes: {choices(MIXER_SIZES)}"
-            )
-        if (patch := int(m["patch"])) < 1:
-            raise ValueError(f"patch size must be a positive integer, got {patch} in {name!r}")
-        return MixerSpec(name=name, size=size, patch=patch, **MIXER_SIZES[size]._asdict())
+        size, patch = m["size"], int(m["patch"])
+        s = size_of(MIXER_SIZES, "Mixer", size, patch, name)
+        return MixerSpec(name=name, size=size, patch=patch, **s._asdict())
 
     @classmethod
     def listed(cls) -> list[str]:

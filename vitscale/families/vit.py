@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
-from .base import Build, Dtypes, Family, Patches, Saved, Tally, choices
+from .base import Build, Dtypes, Family, Patches, Saved, Tally, choices, size_of
 
 
 class Size(NamedTuple):
@@ -46,13 +46,7 @@ _NAME = re.compile(r"ViT-(?P<size>[A-Za-z]+)/(?P<patch>\d+)")
 
 
 def encoder(size: str, patch: int, name: str) -> ViTSpec:
-    if size not in VIT_SIZES:
-        raise ValueError(
-            f"unknown ViT size {size!r} in {name!r}; valid sizes: {choices(VIT_SIZES)}"
-        )
-    if patch < 1:
-        raise ValueError(f"patch size must be a positive integer, got {patch} in {name!r}")
-    s = VIT_SIZES[size]
+    s = size_of(VIT_SIZES, "ViT", size, patch, name)
     if s.width % s.heads:
         raise ValueError(f"{name!r}: width {s.width} is not divisible by {s.heads} heads")
     return ViTSpec(

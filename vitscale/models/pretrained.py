@@ -151,10 +151,7 @@ class Checkpoint:
 
     @property
     def pool(self) -> str | None:
-        """ "token" with a class token, "gap" without; None for BiT."""
-        if "token" not in parse(self.name).pools:
-            return None
-        return "token" if "cls_token" in self.state else "gap"
+        return pool_of(self.name, self.state)
 
     @property
     def has_pre_logits(self) -> bool:
@@ -182,6 +179,14 @@ class Checkpoint:
 
 
 Source = str | os.PathLike | Mapping[str, torch.Tensor]
+
+
+def pool_of(name: str, state: Mapping[str, torch.Tensor]) -> str | None:
+    """A checkpoint's pool: "token" with a class token, "gap" without; None for a family
+    that pools one way only (BiT, Mixer)."""
+    if "token" not in parse(name).pools:
+        return None
+    return "token" if "cls_token" in state else "gap"
 
 
 def read_checkpoint(name: str, source: Source) -> Checkpoint:
