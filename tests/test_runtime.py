@@ -153,7 +153,7 @@ def test_loader_workers_are_chosen_per_machine(monkeypatch):
     assert auto(processes_on_node=8, accelerated=False) == 0  # CPU runs train on every core
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "4")  # what SLURM gave this task
     assert auto(processes_on_node=8, accelerated=True) == 3
-    with pytest.raises(ValueError, match="data.num_workers must be 0 or more"):
+    with pytest.raises(ValueError, match="data.num_workers must be non-negative, got -1"):
         resolve(tiny_config(data={"num_workers": -1}))
 
 

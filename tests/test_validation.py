@@ -122,6 +122,30 @@ BAD = {
         [],
         ["optim.lr must be non-negative, got -0.1"],
     ),
+    "a beta of 1 in a grid axis": (
+        "grid",
+        _grid({"name": "a", "axes": {"optim.betas": [[0.9, 0.999], [0.9, 1.0]]}}),
+        [],
+        ["block 'a': optim.betas must be a list of 2 values, each in [0, 1), got [0.9, 1.0]"],
+    ),
+    "no fine-tuning learning rates": (
+        "train",
+        _config(eval={"finetune.lrs": []}),
+        [],
+        ["eval.finetune.lrs must be a list of at least 1 value, each positive, got []"],
+    ),
+    "an end learning rate that is infinite": (
+        "train",
+        _config(optim={"end_lr": INF}),
+        [],
+        ["optim.end_lr: expected finite numbers, got inf"],
+    ),
+    "a zero timescale is said once": (
+        "train",
+        _config(optim={"schedule": "rsqrt", "timescale": 0}),
+        [],
+        ["optim.timescale must be positive, got 0"],
+    ),
     "unknown key": (
         "train",
         _config(train={"stpes": 3}),

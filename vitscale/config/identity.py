@@ -13,27 +13,12 @@ import json
 
 from .load import get_key, pop_key
 from .recipes import choose
-from .schema import Config
+from .schema import OPERATIONAL, UNLESS_DEFAULT, WHEN_SET, Config, marked
 
-# Keys that change how a run is operated, not what it computes: left out of the cell id
-# so that moving a dataset or turning W&B off does not orphan finished cells.
-OPERATIONAL_KEYS = (
-    "grid",
-    "data.root",
-    "data.num_workers",
-    "data.download",
-    "data.skip_bad_samples",
-    "data.decode",
-    "train.micro_batch_size",
-    "train.compile",
-    "train.channels_last",
-    "eval.finetune.micro_batch_size",
-    "train.log_every",
-    "train.checkpoint_every",
-    "eval.batch_size",
-    "wandb",
-    "branch",
-)
+# Each key's part in the cell id is declared with the key (vitscale.config.schema).
+OPERATIONAL_KEYS = marked(OPERATIONAL)
+HASHED_WHEN_SET = marked(WHEN_SET)
+HASHED_UNLESS_DEFAULT = marked(UNLESS_DEFAULT)
 
 # Keys the trainer adds to config.json once it knows them; a resolved config read back
 # (``vitscale train runs/g/id/config.json``) drops them before validation.
@@ -44,25 +29,6 @@ DERIVED_KEYS = (
     "data.selection",
     "train.total_steps",
 )
-
-# Keys added after cells were run: hashed only when set, so that cells which never set
-# them keep their ids (and their finished run folders).
-HASHED_WHEN_SET = (
-    "data.shuffle_shards",
-    "model.pre_logits",
-    "model.pretrained",
-    "model.pretrained_dataset",
-    "model.pretrained_epochs",
-    "eval.fewshot.width",
-    "optim.cooldown",
-    "optim.cooldown_shape",
-    "optim.timescale",
-)
-
-# Keys added after cells were run, with a default that computes what those cells did
-# (data.holdout: they all had a test folder): hashed only when they differ from it, so
-# the value used is in every resolved config and old cells keep their ids.
-HASHED_UNLESS_DEFAULT = ("data.holdout",)
 
 
 def cell_id(config: Config | dict, *, length: int = 10) -> str:

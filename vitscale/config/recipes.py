@@ -1,18 +1,16 @@
 """Paper training recipes as config defaults (paper Table 3 and Appendix B.1; docs/protocol.md).
 
 A recipe fills only the keys a config leaves unset. Which recipe applies is ``recipe:``
-in the config, or else follows the pre-training dataset: ``imagenet`` -> ImageNet,
-multi-label sets (``multilabel:...``) -> JFT-300M, ``synthetic`` -> our CPU recipe,
-``scenes`` -> the same with the sigmoid loss (multi-label), an own single-label set
-(``imagefolder:...``, ``shards:...``) -> ``small``, one a small set can run (the CPU
-recipe's values: batch 256, 50 warm-up steps), anything else -> the ImageNet-21k one
-(single-label, 0.1 dropout). The resolved config names the recipe applied, and
+in the config, or else the pre-training dataset's kind's (:data:`vitscale.kinds.KINDS`:
+an own single-label set gets ``small``, the CPU recipe's values a few thousand images can
+run). The resolved config names the recipe applied, and
 :func:`vitscale.plan.plan` says which values it filled. Imports no torch.
 """
 
 from __future__ import annotations
 
 from ..catalog import parse
+from ..kinds import kind_of
 
 _COMMON = {"optim": {"name": "adamw", "end_lr": 1e-5}, "train": {"grad_clip": 1.0}}
 
@@ -61,19 +59,7 @@ RECIPES = tuple(_BY_RECIPE)  # the values of the config's ``recipe`` key
 
 def choose(dataset: str) -> str:
     """The recipe a pre-training ``dataset`` gets when the config names none."""
-    if dataset == "imagenet":
-        return "imagenet"
-    if dataset.startswith("multilabel:"):
-        return "jft"
-    if dataset.startswith("synthetic"):
-        return "synthetic"
-    if dataset == "scenes":
-        return "scenes"
-    if dataset.startswith("scenes-"):
-        return "synthetic"  # a single-label scenes task (transfer), trained from scratch
-    if dataset.startswith(("imagefolder:", "shards:")):
-        return "small"
-    return "imagenet21k"
+    return kind_of(dataset).recipe
 
 
 def recipe(model: str, dataset: str, name: str | None = None) -> dict:

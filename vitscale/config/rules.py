@@ -5,14 +5,11 @@ value and what is allowed. :func:`check` needs the config alone; the others need
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from typing import Any
-
 from ..catalog import check_resolution, head_problems, parse
+from ..kinds import kind_of
 from ..published import published_compute
 from .counts import cooldown_start, parse_count, parse_subset, subset_size
-from .schema import Config, Section
+from .schema import Config
 
 _DURATIONS = ("train.steps", "train.epochs", "train.examples")
 
@@ -21,27 +18,12 @@ def check(cfg: Config, *, rejected: set[str] = frozenset()) -> list[str]:
     """Every problem ``cfg`` shows on its own. ``rejected``: the keys the schema dropped
     (a mistyped duration is reported as such, not also as missing)."""
     return [
-        *_non_finite(cfg),
         *_model(cfg),
         *_published(cfg),
         *_durations(cfg, mistyped=bool(rejected.intersection(_DURATIONS))),
-        *_bounds(cfg),
         *_combinations(cfg),
-        *_schedule(cfg),
+        *_schedule(cfg, rejected),
     ]
-
-
-def _non_finite(section: Section, prefix: str = "") -> list[str]:
-    """Every NaN or infinity in the config (a learning rate, a weight decay ...): YAML
-    reads ``.nan`` and ``.inf`` as numbers, and no key has a use for them."""
-    problems = []
-    for key, value in section:
-        values = value if isinstance(value, list) else [value]
-        if isinstance(value, Section):
-            problems += _non_finite(value, f"{prefix}{key}.")
-        elif any(isinstance(v, float) and not math.isfinite(v) for v in values):
-            problems.append(f"{prefix}{key}: expected finite numbers, got {value!r}")
-    return problems
 
 
 def _model(cfg: Config) -> list[str]:
@@ -106,56 +88,6 @@ def _durations(cfg: Config, *, mistyped: bool) -> list[str]:
     return problems
 
 
-_POSITIVE = "{key} must be positive, got {value}"
-_NON_NEGATIVE = "{key} must be non-negative, got {value}"
-_FRACTION = "{key} must be in [0, 1), got {value}"
-_CLIP = "{key} must be non-negative (0 turns clipping off), got {value}"
-_WORKERS = "{key} must be 0 or more (null: chosen per machine), got {value}"
-_BETAS = "{key} must be two numbers in [0, 1), got {value}"
-_NO_LRS = "{key}: give at least one learning rate (or leave it unset)"
-_LRS = "{key}: learning rates must be positive, got {value}"
-_TRAIN_POSITIVE = ("epochs", "batch_size", "micro_batch_size", "log_every", "checkpoint_every")
-
-# Keys with a range of their own: (key, whether a value is outside it, the message then).
-# NaN compares false: only where the range is stated as "in" does it fall outside.
-_BOUNDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
-    *((f"train.{k}", lambda v: v <= 0, _POSITIVE) for k in (*_TRAIN_POSITIVE, "eval_every")),
-    ("train.grad_clip", lambda v: v < 0, _CLIP),
-    ("train.label_smoothing", lambda v: not 0 <= v < 1, _FRACTION),
-    ("model.dropout", lambda v: not 0 <= v < 1, _FRACTION),
-    ("data.num_workers", lambda v: v < 0, _WORKERS),
-    ("data.shuffle_shards", lambda v: v < 1, "{key} must be at least 1, got {value}"),
-    ("data.skip_bad_samples", lambda v: v < 0, _NON_NEGATIVE),
-    ("data.holdout", lambda v: not 0 < v < 1, "{key} must be in (0, 1), e.g. 0.2, got {value}"),
-    ("data.image_size", lambda v: v < 8, "{key} must be at least 8, got {value}"),
-    ("optim.betas", lambda v: len(v) != 2 or not all(0 <= b < 1 for b in v), _BETAS),
-    *(
-        (f"optim.{k}", lambda v: v < 0, _NON_NEGATIVE)
-        for k in ("lr", "weight_decay", "warmup_steps")
-    ),
-    ("eval.fewshot.shots", lambda v: any(k <= 0 for k in v), _POSITIVE),
-    ("eval.fewshot.seeds", lambda v: v <= 0, _POSITIVE),
-    ("eval.finetune.lrs", lambda v: not v, _NO_LRS),
-    ("eval.finetune.lrs", lambda v: any(lr <= 0 for lr in v), _LRS),
-    *(
-        (f"eval.finetune.{k}", lambda v: v <= 0, _POSITIVE)
-        for k in ("steps", "batch_size", "micro_batch_size")
-    ),
-)
-
-
-def _bounds(cfg: Config) -> list[str]:
-    """Each key of :data:`_BOUNDS` that is set and out of its range (null keys are unset)."""
-    problems = []
-    for key, outside, message in _BOUNDS:
-        value = cfg
-        for part in key.split("."):
-            value = getattr(value, part)
-        if value is not None and outside(value):
-            problems.append(message.format(key=key, value=value))
-    return problems
-
-
 def _combinations(cfg: Config) -> list[str]:
     """Keys that are fine alone but not together, and the subset's spelling."""
     t, d, problems = cfg.train, cfg.data, []
@@ -163,7 +95,7 @@ def _combinations(cfg: Config) -> list[str]:
         problems.append(
             f"train.micro_batch_size {t.micro_batch_size} must divide train.batch_size {t.batch_size}"
         )
-    if d.class_balanced and d.dataset.startswith("shards:"):
+    if d.class_balanced and not kind_of(d.dataset).class_balanced:
         problems.append(
             "data.class_balanced: a sharded subset is whole shards in a seeded order; "
             "class-balanced subsets need folder or torchvision sources"
@@ -178,9 +110,10 @@ def _combinations(cfg: Config) -> list[str]:
 _BRANCHABLE = ("wsd", "rsqrt")
 
 
-def _schedule(cfg: Config) -> list[str]:
+def _schedule(cfg: Config, rejected: set[str]) -> list[str]:
     """A cooldown and a timescale belong to the schedules that have them (docs/schedules.md):
-    wsd needs its cooldown, rsqrt its timescale (big_vision's: 10000)."""
+    wsd needs its cooldown, rsqrt its timescale (big_vision's: 10000), unless the one given
+    was rejected (and said) already."""
     o, problems = cfg.optim, []
     if o.schedule not in _BRANCHABLE:
         for key in ("cooldown", "cooldown_shape", "timescale"):
@@ -190,7 +123,7 @@ def _schedule(cfg: Config) -> list[str]:
                     f"and optim.schedule is {o.schedule!r}"
                 )
         return problems
-    if o.schedule == "wsd" and o.cooldown is None:
+    if o.schedule == "wsd" and o.cooldown is None and "optim.cooldown" not in rejected:
         problems.append(
             "optim.cooldown: a wsd schedule needs its cooldown: steps (2000) or a fraction of "
             "the run (0.2, Hägele et al. 2024)"
@@ -204,12 +137,10 @@ def _schedule(cfg: Config) -> list[str]:
         )
     if o.cooldown_shape is not None and o.cooldown is None:
         problems.append("optim.cooldown_shape: set optim.cooldown too (there is no cooldown)")
-    if o.schedule == "rsqrt" and o.timescale is None:
+    if o.schedule == "rsqrt" and o.timescale is None and "optim.timescale" not in rejected:
         problems.append(
             "optim.timescale: an rsqrt schedule needs its timescale in steps (big_vision: 10000)"
         )
-    if o.timescale is not None and o.timescale <= 0:
-        problems.append(f"optim.timescale must be positive, got {o.timescale}")
     return problems
 
 

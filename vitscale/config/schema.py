@@ -1,20 +1,21 @@
-"""The config's sections: every key, its type and its default (what each means:
-docs/config.md).
+"""The config's sections: every key once, with its type, default, range, part in the cell
+id and one-line doc (the full text: docs/config.md, checked against this by a test).
 
-pydantic checks the types (strict: a whole number is no ``true``, a number may be a whole
-number); :func:`check_types` says what it found in our words, one line per key, naming
-the dotted key, the value and what is allowed. Values a key may not hold whatever the
-others say (``optim.schedule: step``) are checked here too; checks across keys are in
-:mod:`.rules`.
+pydantic checks the types and ranges (strict: a whole number is no ``true``, a number may
+be a whole number; no NaN or infinity anywhere); :func:`check_types` says what it found in
+our words, one line per key, naming the dotted key, the value and what is allowed.
+Checks across keys are in :mod:`.rules`.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import typing
 from typing import Annotated, Any, Literal
 
+import annotated_types
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WrapValidator
 
 from ..errors import UserError
@@ -38,12 +39,30 @@ def _as_written(value: Any, handler: Any) -> Any:
 
 
 Number = Annotated[float, WrapValidator(_as_written)]
+Positive = Annotated[int, Field(gt=0)]
+Fraction = Annotated[Number, Field(ge=0, lt=1)]
+
+# A key's part in the cell id (vitscale.config.identity reads it): keys that change how a
+# run is operated, not what it computes, are left out, so that moving a dataset or turning
+# W&B off does not orphan finished cells; keys added after cells were run are hashed only
+# when set, or only when they differ from a default that computes what those cells did.
+OPERATIONAL = {"cell_id": "operational"}
+WHEN_SET = {"cell_id": "when set"}
+UNLESS_DEFAULT = {"cell_id": "unless default"}
+
+
+def _key(
+    default: Any = None, *, doc: str | None = None, cell_id: dict | None = None, **kw: Any
+) -> Any:
+    """A key's declaration: its default, one-line doc, part in the cell id and range."""
+    factory = {"default_factory": default} if callable(default) else {"default": default}
+    return Field(**factory, description=doc, json_schema_extra=cell_id, **kw)
 
 
 class Section(BaseModel):
     """Keys of known types and no others; mutable (the grid writes chosen micro-batches)."""
 
-    model_config = ConfigDict(strict=True, extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data in schema order: config.json, the dry-run's print, the cell id."""
@@ -53,101 +72,108 @@ class Section(BaseModel):
 class ModelConfig(Section):
     name: str = "ViT-Pico/4"
     pool: Literal["token", "gap"] | None = None
-    dropout: Number | None = None  # None: recipe (paper Table 3)
-    pre_logits: bool | None = None
-    pretrained: str | None = None
-    pretrained_dataset: str | None = None  # "jft300m" | "imagenet21k" | "imagenet"
-    pretrained_epochs: Number | None = None
+    dropout: Fraction | None = _key(doc="encoder dropout; null: the recipe's (paper Table 3)")
+    pre_logits: bool | None = _key(cell_id=WHEN_SET)
+    pretrained: str | None = _key(cell_id=WHEN_SET)
+    pretrained_dataset: str | None = _key(cell_id=WHEN_SET, doc="jft300m, imagenet21k or imagenet")
+    pretrained_epochs: Number | None = _key(cell_id=WHEN_SET)
 
 
 class DataConfig(Section):
     dataset: str = "synthetic"
-    root: str | None = None  # where real datasets live; unused by synthetic ones
-    download: bool = False  # torchvision sets only; nothing is downloaded otherwise
-    image_size: int = 32
-    subset: int | float | str | None = None  # 30000, 0.1 or "9M"; None: the whole split
+    root: str | None = _key(cell_id=OPERATIONAL, doc="where real datasets live")
+    download: bool = _key(False, cell_id=OPERATIONAL, doc="torchvision sets only")
+    image_size: int = _key(32, ge=8)
+    subset: int | float | str | None = _key(doc="30000, 0.1 or '9M'; null: the whole split")
     class_balanced: bool = False
-    num_workers: int | None = None  # None: on a GPU the process's CPUs less one, else 0
-    shuffle_shards: int | None = None  # sharded sets: shards shuffled together; None: 16
-    skip_bad_samples: int = 0  # sharded sets: distinct bad examples replaced (and counted)
-    # folder sets without test/ or val/: the part of train/ held out as the test split
-    holdout: Number = 0.2
-    # sharded sets: decode and augment on the loader's workers or on the training device
-    # (nvJPEG on a GPU); auto: on the device where it is a GPU
-    decode: Literal["auto", "workers", "device"] = "auto"
+    num_workers: int | None = _key(
+        cell_id=OPERATIONAL, ge=0, doc="null: on a GPU the process's CPUs less one, else 0"
+    )
+    shuffle_shards: Positive | None = _key(cell_id=WHEN_SET, doc="sharded sets; null: 16")
+    skip_bad_samples: int = _key(
+        0, cell_id=OPERATIONAL, ge=0, doc="sharded sets: distinct bad examples replaced"
+    )
+    holdout: Annotated[Number, Field(gt=0, lt=1)] = _key(
+        0.2, cell_id=UNLESS_DEFAULT, doc="folder sets without test/ or val/: held out of train/"
+    )
+    decode: Literal["auto", "workers", "device"] = _key(
+        "auto", cell_id=OPERATIONAL, doc="sharded sets: on the loader's workers or the device"
+    )
 
 
 class TrainConfig(Section):
-    steps: int | None = None
-    epochs: Number | None = None
-    examples: int | str | None = None  # 2121000000 or "2121M"
-    batch_size: int = 256  # global: the same whatever the number of processes
-    micro_batch_size: int | None = None  # per process; None: batch_size / processes
-    loss: Literal["softmax", "sigmoid"] | None = None  # None: sigmoid for multi-label sets
-    label_smoothing: float = 0.0
-    grad_clip: float = 1.0  # global-norm clipping; 0: off
+    steps: int | None = None  # positive, or 0 with model.pretrained: .rules
+    epochs: Number | None = _key(gt=0)
+    examples: int | str | None = _key(doc="2121000000 or '2121M'")
+    batch_size: Positive = _key(256, doc="global: the same whatever the number of processes")
+    micro_batch_size: Positive | None = _key(cell_id=OPERATIONAL, doc="per process")
+    loss: Literal["softmax", "sigmoid"] | None = _key(doc="null: sigmoid for multi-label sets")
+    label_smoothing: Fraction = 0.0
+    grad_clip: float = _key(1.0, ge=0, doc="global-norm clipping; 0: off")
     precision: Literal["auto", "bf16", "fp32"] = "auto"
-    compile: bool | str = False  # torch.compile the training model; a string: its backend
-    channels_last: bool | None = None  # None: on for ResNets and hybrids on a GPU
-    log_every: int = 10
-    checkpoint_every: int | None = 500  # also on SIGUSR1 / SIGTERM
-    eval_every: int | None = None  # None: evaluate only at the end
+    compile: bool | str = _key(False, cell_id=OPERATIONAL, doc="true, or a backend's name")
+    channels_last: bool | None = _key(cell_id=OPERATIONAL)
+    log_every: Positive = _key(10, cell_id=OPERATIONAL)
+    checkpoint_every: Positive | None = _key(500, cell_id=OPERATIONAL, doc="also on a signal")
+    eval_every: Positive | None = _key(doc="null: evaluate only at the end")
 
 
 class OptimConfig(Section):
     name: Literal["adamw"] = "adamw"
-    lr: Number | None = None  # None: recipe (paper Table 3 / Appendix B)
-    weight_decay: Number | None = None  # decoupled, multiplied by lr (torch AdamW)
-    betas: list[Number] = Field(default_factory=lambda: [0.9, 0.999])
+    lr: Number | None = _key(ge=0, doc="null: the recipe's (paper Table 3 / Appendix B)")
+    weight_decay: Number | None = _key(ge=0, doc="decoupled, multiplied by lr (torch AdamW)")
+    betas: list[Fraction] = _key(lambda: [0.9, 0.999], min_length=2, max_length=2)
     # wsd (warm-up, stable, cooldown; Hägele et al. 2024) and rsqrt (big_vision; Zhai et al.
     # 2022) do not depend on the run's length before their cooldown: docs/schedules.md
     schedule: Literal["linear", "cosine", "wsd", "rsqrt"] | None = None
-    warmup_steps: int | None = None
+    warmup_steps: int | None = _key(ge=0)
     end_lr: float = 1e-5
-    cooldown: Number | None = None  # wsd, rsqrt: steps (a whole number) or a fraction of the run
-    cooldown_shape: Literal["linear", "1-sqrt"] | None = None  # None: linear
-    timescale: int | None = None  # rsqrt: steps over which the rate falls by 1/sqrt(2)
+    cooldown: Number | None = _key(cell_id=WHEN_SET, doc="steps, or a fraction of the run")
+    cooldown_shape: Literal["linear", "1-sqrt"] | None = _key(cell_id=WHEN_SET)
+    timescale: Positive | None = _key(cell_id=WHEN_SET, doc="rsqrt: steps")
 
 
 class FewShotConfig(Section):
-    datasets: list[str] = Field(default_factory=list)
-    shots: list[int] = Field(default_factory=lambda: [1, 5, 10, 25])
-    seeds: int = 3
+    datasets: list[str] = _key(list)
+    shots: list[Positive] = _key(lambda: [1, 5, 10, 25])
+    seeds: Positive = 3
     l2_reg: float = 1024.0
-    test_examples: int | None = None  # cap on test images per dataset; None: the test split
-    # Read every model's features through one fixed random projection to this many
+    test_examples: int | None = _key(doc="test images per dataset; null: the test split")
+    # Every model's features read through one fixed random projection to this many
     # dimensions (vitscale.evals.fewshot.project), so that models of different widths are
     # probed at the same width; None: the features as they are.
-    width: int | None = Field(default=None, ge=1)
+    width: Positive | None = _key(cell_id=WHEN_SET)
 
 
 class UpstreamConfig(Section):
-    examples: int | None = 2000  # held-out pre-training images for top-1; None/0: off
+    examples: int | None = _key(2000, doc="held-out pre-training images for top-1; 0: off")
 
 
 class FinetuneConfig(Section):
-    datasets: list[str] = Field(default_factory=list)
-    steps: int | None = None  # None: the paper's per dataset (vitscale.data.registry)
-    lrs: list[Number] | None = None  # None: the paper's grid per dataset
-    batch_size: int = 512
-    micro_batch_size: int | None = None  # per process; None: the whole per-process batch
-    image_size: int | None = None  # None: the pre-training resolution
-    val_fraction: Number | None = None  # None: the dataset's default held-out slice
+    datasets: list[str] = _key(list)
+    steps: Positive | None = _key(doc="null: the paper's per dataset (vitscale.data.registry)")
+    lrs: list[Annotated[Number, Field(gt=0)]] | None = _key(
+        min_length=1, doc="null: the paper's grid per dataset"
+    )
+    batch_size: Positive = 512
+    micro_batch_size: Positive | None = _key(cell_id=OPERATIONAL, doc="per process")
+    image_size: int | None = _key(doc="null: the pre-training resolution")
+    val_fraction: Number | None = _key(doc="null: the dataset's default held-out slice")
     test_examples: int | None = None
 
 
 class EvalConfig(Section):
-    fewshot: FewShotConfig = Field(default_factory=FewShotConfig)
-    upstream: UpstreamConfig = Field(default_factory=UpstreamConfig)
-    finetune: FinetuneConfig = Field(default_factory=FinetuneConfig)
-    batch_size: int = 256  # feature extraction
+    fewshot: FewShotConfig = _key(FewShotConfig)
+    upstream: UpstreamConfig = _key(UpstreamConfig)
+    finetune: FinetuneConfig = _key(FinetuneConfig)
+    batch_size: int = _key(256, cell_id=OPERATIONAL, doc="feature extraction")
 
 
 class WandbConfig(Section):
     mode: Literal["auto", "online", "offline", "disabled"] = "auto"
     project: str = "vitscale"
     entity: str | None = None
-    tags: list[str] = Field(default_factory=list)
+    tags: list[str] = _key(list)
 
 
 class BranchConfig(Section):
@@ -155,22 +181,33 @@ class BranchConfig(Section):
     in their duration, with a wsd or rsqrt schedule, share one run up to each one's cooldown
     start. Operational: a branched cell computes what it would alone."""
 
-    trunk: str | None = None  # the sibling run folder (cell id) whose checkpoint it starts from
-    step: int | None = None  # that checkpoint's step: this cell's cooldown start
-    keep: list[int] = Field(default_factory=list)  # this run's steps kept for its branches
+    trunk: str | None = _key(doc="the sibling run folder (cell id) whose checkpoint it starts from")
+    step: int | None = _key(doc="that checkpoint's step: this cell's cooldown start")
+    keep: list[int] = _key(list, doc="this run's steps kept for its branches")
 
 
 class Config(Section):
     seed: int = 0
-    grid: str | None = None  # set by the grid runner
+    grid: str | None = _key(cell_id=OPERATIONAL, doc="set by the grid runner")
     recipe: Literal[RECIPES] | None = None
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    data: DataConfig = Field(default_factory=DataConfig)
-    train: TrainConfig = Field(default_factory=TrainConfig)
-    optim: OptimConfig = Field(default_factory=OptimConfig)
-    eval: EvalConfig = Field(default_factory=EvalConfig)
-    wandb: WandbConfig = Field(default_factory=WandbConfig)
-    branch: BranchConfig = Field(default_factory=BranchConfig)
+    model: ModelConfig = _key(ModelConfig)
+    data: DataConfig = _key(DataConfig)
+    train: TrainConfig = _key(TrainConfig)
+    optim: OptimConfig = _key(OptimConfig)
+    eval: EvalConfig = _key(EvalConfig)
+    wandb: WandbConfig = _key(WandbConfig, cell_id=OPERATIONAL)
+    branch: BranchConfig = _key(BranchConfig, cell_id=OPERATIONAL)
+
+
+def marked(cell_id: dict, section: type[Section] = Config, prefix: str = "") -> tuple[str, ...]:
+    """The dotted keys (or whole sections) whose declaration gives this part in the cell id."""
+    found: list[str] = []
+    for name, field in section.model_fields.items():
+        if field.json_schema_extra == cell_id:
+            found.append(prefix + name)
+        elif isinstance(field.annotation, type) and issubclass(field.annotation, Section):
+            found += marked(cell_id, field.annotation, f"{prefix}{name}.")
+    return tuple(found)
 
 
 # ----------------------------------------------------------------- pydantic, in our words
@@ -211,9 +248,57 @@ def _say(error: dict, data: dict) -> tuple[tuple[str, ...], str]:
         return path, f"unknown key {dotted!r}; valid keys: {', '.join(keys)}"
     if section is hint:  # the key names a whole section
         return path, f"{dotted} must be a section (mapping), got {value!r}"
+    if error["type"] == "finite_number":
+        return path, f"{dotted}: expected finite numbers, got {value!r}"
+    if error["type"] in _OUT_OF_RANGE:
+        return path, f"{dotted} must be {_allowed(section, path[-1])}, got {value}"
     if (choices := _choices(hint)) and isinstance(value, str):
         return path, f"{dotted}: unknown value {value!r}; valid: {', '.join(map(repr, choices))}"
     return path, f"{dotted}: expected {_type_name(hint)}, got {value!r}"
+
+
+_OUT_OF_RANGE = {
+    "greater_than", "greater_than_equal", "less_than", "less_than_equal", "too_short", "too_long"
+}  # fmt: skip
+
+
+def _allowed(section: type[Section], key: str) -> str:
+    """A key's declared range in words: "positive", "in [0, 1)", "2 values, each in [0, 1)"."""
+    field = section.model_fields[key]
+    limits = _limits(typing.get_type_hints(section, include_extras=True)[key], field.metadata)
+    if "item" not in limits:
+        return _range(limits)
+    low, high = limits.get("min_length"), limits.get("max_length")
+    count = f"{low} values" if low and low == high else f"at least {low} value" if low else "values"
+    each = f", each {_range(limits['item'])}" if _range(limits["item"]) else ""
+    return f"a list of {count}{'s' if low and low > 1 and low != high else ''}{each}"
+
+
+def _limits(hint: Any, metadata: Any = ()) -> dict[str, Any]:
+    """The limits a key's type states (``{"ge": 0, "lt": 1}``), its list items' as "item"."""
+    found: dict[str, Any] = {}
+    for item in metadata:  # a Field(...) inside Annotated carries its own
+        for limit in getattr(item, "metadata", [item]):
+            if isinstance(limit, annotated_types.BaseMetadata):
+                found.update(dataclasses.asdict(limit))
+    if typing.get_origin(hint) is Annotated:
+        return found | _limits(typing.get_args(hint)[0], hint.__metadata__)
+    if typing.get_origin(hint) is list:
+        return found | {"item": _limits(typing.get_args(hint)[0])}
+    for arg in typing.get_args(hint):  # X | None
+        found |= _limits(arg)
+    return found
+
+
+def _range(limits: dict[str, Any]) -> str:
+    low = next(((k, limits[k]) for k in ("gt", "ge") if k in limits), None)
+    high = next(((k, limits[k]) for k in ("lt", "le") if k in limits), None)
+    if low and high:
+        return f"in {'(' if low[0] == 'gt' else '['}{low[1]}, {high[1]}{')' if high[0] == 'lt' else ']'}"
+    words = {("gt", 0): "positive", ("ge", 0): "non-negative"}
+    if low:
+        return words.get(low, f"{'greater than' if low[0] == 'gt' else 'at least'} {low[1]}")
+    return f"{'below' if high[0] == 'lt' else 'at most'} {high[1]}" if high else ""
 
 
 def _choices(hint: Any) -> tuple[str, ...]:

@@ -16,16 +16,55 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..config import Config, ConfigError, set_key, yaml_load
 from ..plan import Plan, plan
 from .branches import Family, assign
 from .profile import Profile, SlurmError, shape_for
 
-TOP_KEYS = ("name", "description", "base", "axes", "blocks", "retries", "resources")
-BLOCK_KEYS = ("name", "axes", "zip", "set")
-RESOURCE_KEYS = ("gpus", "nodes", "time", "mem_gb", "cpus_per_gpu")
+
+class _Part(BaseModel):
+    """A part of a grid file: these keys and no others; a key written as null is unset."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unset_nulls(cls, data: Any) -> Any:
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
+
+Axes = dict[str, Annotated[list, Field(min_length=1)]]  # key: [values]
+
+
+class Block(_Part):
+    name: str | None = None
+    axes: Axes = {}
+    zip: Axes = {}  # varied together, not crossed
+    set: dict[str, Any] = {}
+
+
+class Resources(_Part):
+    gpus: int = Field(None, ge=0)
+    nodes: int = Field(None, ge=1)
+    time: str | int = None
+    mem_gb: float = Field(None, gt=0)
+    cpus_per_gpu: int = Field(None, ge=0)
+
+
+class GridFile(_Part):
+    """A grid file as written (docs/config.md, "Grid files")."""
+
+    name: str | None = None
+    description: str = ""
+    base: dict[str, Any] = {}
+    axes: Axes = {}
+    blocks: list[Block] = []  # none: one block of the grid's axes
+    retries: int = Field(1, ge=0)
+    resources: dict[str, Resources] = {}
 
 
 class GridError(ValueError):
@@ -113,49 +152,74 @@ def resource_problems(
     return list(dict.fromkeys(problems))
 
 
-def _as_list(value: Any, where: str, problems: list[str]) -> list:
-    if not isinstance(value, list) or not value:
-        problems.append(f"{where}: expected a non-empty list of values, got {value!r}")
-        return []
-    return value
+def _read(raw: dict, path: Path) -> tuple[GridFile, list[str]]:
+    """The grid file and one message per key it rejects; a rejected key is dropped so that
+    the rest is still expanded and checked: every problem is reported at once."""
+    problems: list[str] = []
+    while True:
+        try:
+            return GridFile.model_validate(raw), problems
+        except ValidationError as e:
+            errors = e.errors()
+        problems += [_said(error, raw, path) for error in errors]
+        for error in errors:
+            *parents, key = error["loc"]
+            node = raw
+            for part in parents:
+                node = node[part]
+            if isinstance(node, dict):
+                node.pop(key, None)
+            else:  # a block that is no mapping
+                node[key] = {}
 
 
-def _unknown(keys, valid, where: str, problems: list[str]) -> None:
-    for key in keys:
-        if key not in valid:
-            close = difflib.get_close_matches(key, valid, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; valid: {', '.join(valid)}"
-            problems.append(f"{where}: unknown key {key!r}{hint}")
+_EXPECTED = {
+    "too_short": "a non-empty list of values",
+    "list_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+    "int_type": "a whole number",
+    "float_type": "a number",
+    "string_type": "a string",
+    "greater_than": "more than {gt}",
+    "greater_than_equal": "at least {ge}",
+}
 
 
-def _points(block: dict, where: str, problems: list[str]) -> list[dict[str, Any]]:
-    axes = block.get("axes") or {}
-    zipped = block.get("zip") or {}
-    for label, section in (("axes", axes), ("zip", zipped)):
-        if not isinstance(section, dict):
-            problems.append(
-                f"{where}.{label}: expected a mapping of key: [values], got {section!r}"
-            )
-            return []
-    product_axes = {k: _as_list(v, f"{where}.axes.{k}", problems) for k, v in axes.items()}
-    zip_axes = {k: _as_list(v, f"{where}.zip.{k}", problems) for k, v in zipped.items()}
-    lengths = {len(v) for v in zip_axes.values()}
-    if len(lengths) > 1:
-        sizes = ", ".join(f"{k}: {len(v)}" for k, v in zip_axes.items())
+def _said(error: dict, raw: dict, path: Path) -> str:
+    """A rejected key in our words: the file, the block or resources entry, the key, the
+    value, what is allowed there."""
+    loc, where, part = error["loc"], str(path), GridFile
+    if loc[0] in ("blocks", "resources") and len(loc) > 1:
+        entry = raw[loc[0]][loc[1]]
+        label = entry.get("name", f"#{loc[1]}") if isinstance(entry, dict) else f"#{loc[1]}"
+        where += f": block {label!r}" if loc[0] == "blocks" else f": resources.{loc[1]}"
+        loc, part = loc[2:], Block if loc[0] == "blocks" else Resources
+    if error["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(loc[-1], list(part.model_fields), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"valid: {', '.join(part.model_fields)}"
+        return f"{where}: unknown key {loc[-1]!r}; {hint}"
+    expected = _EXPECTED.get(error["type"], error["msg"]).format(**error.get("ctx", {}))
+    key = (": " if part is GridFile else ".") + ".".join(map(str, loc)) if loc else ""
+    return f"{where}{key}: expected {expected}, got {error['input']!r}"
+
+
+def _points(axes: dict, zipped: dict, where: str, problems: list[str]) -> list[dict[str, Any]]:
+    """The product of ``axes``, each point with every row of the ``zipped`` axes."""
+    if len({len(v) for v in zipped.values()}) > 1:
+        sizes = ", ".join(f"{k}: {len(v)}" for k, v in zipped.items())
         problems.append(f"{where}.zip: every zipped axis needs the same number of values ({sizes})")
         return []
-    overlap = set(product_axes) & set(zip_axes)
-    if overlap:
+    if overlap := set(axes) & set(zipped):
         problems.append(f"{where}: {', '.join(sorted(overlap))} is both an axis and a zip axis")
         return []
-    zip_points = [
-        dict(zip(zip_axes, values, strict=True)) for values in zip(*zip_axes.values(), strict=True)
-    ] or [{}]
-    points = []
-    for values in itertools.product(*product_axes.values()):
-        for z in zip_points:
-            points.append(dict(zip(product_axes, values, strict=True)) | z)
-    return points
+    rows = [dict(zip(zipped, row, strict=True)) for row in zip(*zipped.values(), strict=True)]
+    return [
+        dict(zip(axes, values, strict=True)) | row
+        for values in itertools.product(*axes.values())
+        for row in rows or [{}]
+    ]
 
 
 def load_grid(
@@ -186,41 +250,23 @@ def load_grid(
         raise GridError(
             [f"{path}: the top level must be a mapping (name, base, axes, blocks, ...)"]
         )
-    problems: list[str] = []
-    _unknown(raw, TOP_KEYS, str(path), problems)
-    name = raw.get("name") or path.stem
-    base = raw.get("base") or {}
-    if not isinstance(base, dict):
-        problems.append(f"{path}: base: expected a mapping of config keys")
-        base = {}
-    blocks = raw.get("blocks") or [{"name": "all"}]
-    if not isinstance(blocks, list):
-        problems.append(f"{path}: blocks: expected a list of blocks")
-        blocks = []
-    retries = raw.get("retries", 1)
-    if not isinstance(retries, int) or retries < 0:
-        problems.append(f"{path}: retries: expected a non-negative integer, got {retries!r}")
-        retries = 1
-    resources = raw.get("resources") or {}
-    for key, sizes in resources.items():
-        if not isinstance(sizes, dict):
-            problems.append(f"{path}: resources.{key}: expected a mapping of sizes")
-            continue
-        _unknown(sizes, RESOURCE_KEYS, f"{path}: resources.{key}", problems)
-    grid_points = _points({"axes": raw.get("axes") or {}}, f"{path}: axes", problems)
+    grid, problems = _read(raw, path)
+    resources = {entry: r.model_dump(exclude_unset=True) for entry, r in grid.resources.items()}
+    grid_points = _points(grid.axes, {}, f"{path}: axes", problems)
     models: list[str] = []  # every resolved cell's model, whatever its other problems
     plan_cell = _planner(resources, profile, num_processes, overrides, running, models)
-    origin = _Origin(path=path, base=base, overrides=overrides)
-    cells = _cells(blocks, grid_points, base, name, origin, plan_cell, problems)
+    origin = _Origin(path=path, base=grid.base, overrides=overrides)
+    name, blocks = grid.name or path.stem, grid.blocks or [Block(name="all")]
+    cells = _cells(blocks, grid_points, grid.base, name, origin, plan_cell, problems)
     if running and profile:
         problems += resource_problems(path, resources, models, profile)
     if problems:
-        raise GridError(problems)
+        raise GridError(list(dict.fromkeys(problems)))
     if not cells:
         raise GridError([f"{path}: the grid expands to no cells"])
     found = list(cells.values())
     families = assign(found)  # cells that share their stable phase (docs/schedules.md)
-    return Grid(name, path, found, retries, resources, raw.get("description", ""), families)
+    return Grid(name, path, found, grid.retries, resources, grid.description, families)
 
 
 def _planner(
@@ -290,7 +336,7 @@ def _flat_keys(d: dict, prefix: str = "") -> set[str]:
 
 
 def _cells(
-    blocks: list,
+    blocks: list[Block],
     grid_points: list[dict[str, Any]],
     base: dict,
     name: str,
@@ -303,15 +349,10 @@ def _cells(
     cells: dict[str, Cell] = {}
     path = origin.path
     for b, block in enumerate(blocks):
-        label = block.get("name", f"#{b}") if isinstance(block, dict) else f"#{b}"
-        where = f"{path}: block {label!r}"
-        if not isinstance(block, dict):
-            problems.append(f"{where}: expected a mapping with axes/zip/set")
-            continue
-        _unknown(block, BLOCK_KEYS, where, problems)
-        fixed = block.get("set") or {}
+        label = block.name or f"#{b}"
+        fixed = block.set
         for gp in grid_points:
-            for bp in _points(block, where, problems):
+            for bp in _points(block.axes, block.zip, f"{path}: block {label!r}", problems):
                 try:
                     config = copy.deepcopy(base)
                     for key, value in (gp | fixed | bp | {"grid": name}).items():
