@@ -6,9 +6,8 @@ The ResNet's prior (locality, translation equivariance) is what the paper says b
 efficiency (Dosovitskiy et al., ICLR 2021, Sec. 3.1, 4.3); moving pixels by one fixed
 permutation takes it away (at ImageNet scale, a ResNet-50 from 73.5% to 39.4% top-1:
 Jaegle et al., "Perceiver", ICML 2021). Which world a cell learned is its pre-training
-set; the worlds (their fraction f, ``None`` for sigma + tau, and their transfer task) come
-from the caller (the CLI reads them from :mod:`vitscale.data.synthetic.permuted`, their
-owner, which this layer may not import).
+set; the worlds (their fraction f, ``None`` for sigma + tau, and their transfer task) are
+:func:`vitscale.kinds.control_worlds`.
 
 The registered rules, as computed here:
 
@@ -41,6 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from vitscale.kinds import control_worlds
 from vitscale.record import STATUS_DONE, fewshot_key
 
 from .summary import _json_safe as _json
@@ -63,7 +63,10 @@ class World:
     transfer: str
 
 
-def is_control(frame: pd.DataFrame, worlds: Mapping[str, World]) -> bool:
+WORLDS = {name: World(name, f, transfer) for name, (f, transfer) in control_worlds().items()}
+
+
+def is_control(frame: pd.DataFrame, worlds: Mapping[str, World] = WORLDS) -> bool:
     """Whether a cells frame is the control's: every pre-training set one of ``worlds``,
     and some world with its pixels moved among them."""
     if "pretrain_dataset" not in frame.columns or frame.empty:
@@ -144,7 +147,9 @@ class Control:
 # ------------------------------------------------------------------------------ the numbers
 
 
-def summarise(frame: pd.DataFrame, *, worlds: Mapping[str, World], shots: int = SHOTS) -> Control:
+def summarise(
+    frame: pd.DataFrame, *, worlds: Mapping[str, World] = WORLDS, shots: int = SHOTS
+) -> Control:
     """The control's points, gaps and verdicts from a cells frame (finished cells only)."""
     done = frame[(frame["status"] == STATUS_DONE) & frame["pretrain_dataset"].isin(set(worlds))]
     rows = []

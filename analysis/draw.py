@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,7 +53,7 @@ from vitscale.record import STATUS_DONE
 from .figures import AGGREGATES
 
 if TYPE_CHECKING:
-    from .control import World
+    pass
 
 
 def _option(default, help: str, **argparse) -> dataclasses.Field:
@@ -234,13 +234,12 @@ def draw_figures(
     options: FigureOptions,
     *,
     history: Callable | None = None,
-    worlds: Mapping[str, World] | None = None,
 ) -> list[Path]:
     """Our figures and Table 6 from a cells frame; ``history(done_cells)`` gives the
-    curves' per-step frame (default: the run folders' metrics.jsonl). ``worlds``: the
-    positive control's (:class:`analysis.control.World` by name); a frame of its cells
-    gets its gap figure instead of Figs. 5 and 3 and Table 6 (one duration, and each world
-    read on its own transfer task: no compute axis, no metric shared between worlds)."""
+    curves' per-step frame (default: the run folders' metrics.jsonl). A frame of the
+    positive control's cells (:func:`analysis.control.is_control`) gets its gap figure
+    instead of Figs. 5 and 3 and Table 6 (one duration, and each world read on its own
+    transfer task: no compute axis, no metric shared between worlds)."""
     done = cells[cells["status"] == STATUS_DONE]
     if done.empty:
         counts = cells["status"].value_counts().to_dict()
@@ -260,8 +259,8 @@ def draw_figures(
     for m in o.metrics or ():
         check_column(done, m, "--metric")
     fewshot, written = _fig4(done, o)
-    if worlds and _is_control(done, worlds):
-        written += _control(done, worlds, o)
+    if _is_control(done):
+        written += _control(done, o)
     else:
         frame, metrics = compute_metrics(done, metric=o.metrics, shots=o.shots)
         written += _fig5_fig3_table6(done, frame, metrics, o)
@@ -270,19 +269,17 @@ def draw_figures(
     return written
 
 
-def _is_control(done, worlds: Mapping[str, World]) -> bool:
+def _is_control(done) -> bool:
     from .control import is_control
 
-    return is_control(done, worlds)
+    return is_control(done)
 
 
-def _control(done, worlds: Mapping[str, World], o: FigureOptions) -> list[Path]:
+def _control(done, o: FigureOptions) -> list[Path]:
     from . import control
     from .figures import control as figure
 
-    return figure.write(
-        control.summarise(done, worlds=worlds, shots=o.shots), o.out, formats=o.formats
-    )
+    return figure.write(control.summarise(done, shots=o.shots), o.out, formats=o.formats)
 
 
 def _fig4(done, o: FigureOptions) -> tuple[list[str], list[Path]]:

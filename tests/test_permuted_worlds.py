@@ -37,16 +37,8 @@ from vitscale.catalog import parse
 from vitscale.cli import main
 from vitscale.config.recipes import choose
 from vitscale.data import build_dataset, build_fewshot
-from vitscale.data.synthetic.permuted import (
-    PATCH,
-    PATCH_WORLD,
-    PERCENTS,
-    TASKS,
-    control_worlds,
-    patch_permutations,
-    source_pixels,
-    world_name,
-)
+from vitscale.data.synthetic.permuted import PATCH, TASKS, patch_permutations, source_pixels
+from vitscale.kinds import PATCH_WORLD, PERCENTS, control_worlds, world_name
 from vitscale.models import create_model
 from vitscale.models.vit import VisionTransformer
 

@@ -20,12 +20,8 @@ import argparse
 import sys
 from dataclasses import MISSING, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..errors import UserError, user_errors
-
-if TYPE_CHECKING:
-    from analysis.control import World
 
 SPLIT = "split"  # backtest without --fraction: a reference's published split, else:
 DEFAULT_FRACTION = 0.3  # the last 30% of each curve's log-x range
@@ -180,14 +176,12 @@ def run_figures(args: argparse.Namespace) -> int:
         cells = _load(args.runs)
         if cells.empty:
             raise UserError(f"no run folders found under {' '.join(args.runs)}")
-        written += draw_figures(cells, _options(args), worlds=control_worlds(cells))
+        written += draw_figures(cells, _options(args))
     if args.wandb:
         cells, history = _load_wandb(args.wandb, args.group, curves=args.curves)
         if cells.empty:
             raise UserError(f"no W&B runs in group {args.group!r} of {args.wandb}")
-        written += draw_figures(
-            cells, _options(args), history=history, worlds=control_worlds(cells)
-        )
+        written += draw_figures(cells, _options(args), history=history)
     for path in written:
         print(path)
     return 0
@@ -642,23 +636,7 @@ def configure_summary(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def control_worlds(cells) -> dict[str, World]:
-    """The positive control's worlds (:mod:`vitscale.data.synthetic.permuted` owns them) as
-    :class:`analysis.control.World`, by pre-training set; none where no cell pre-trained on
-    a ``synthetic-*`` world (the moved ones are named so), so that drawing and summarising
-    other grids never loads the data layer (analysis reads files: docs/design.md)."""
-    from analysis.control import World
-
-    names = cells["pretrain_dataset"].dropna() if "pretrain_dataset" in cells else []
-    if not any(str(n).startswith("synthetic-") for n in names):
-        return {}
-
-    from ..data.synthetic.permuted import control_worlds as worlds
-
-    return {name: World(name, f, transfer) for name, (f, transfer) in worlds().items()}
-
-
-def _run_control(cells, args: argparse.Namespace, worlds: dict[str, World]) -> int:
+def _run_control(cells, args: argparse.Namespace) -> int:
     """``vitscale summary`` on the control's cells: its registered verdict
     (experiments/preregistered/permuted.md, :mod:`analysis.control`)."""
     import json
@@ -671,7 +649,7 @@ def _run_control(cells, args: argparse.Namespace, worlds: dict[str, World]) -> i
             "glyphs, 5-shot unless --shots says otherwise); leave --metric out"
         )
     with user_errors(ValueError):
-        c = control.summarise(cells, worlds=worlds, shots=args.shots or control.SHOTS)
+        c = control.summarise(cells, shots=args.shots or control.SHOTS)
     if args.json:
         print(json.dumps(c.to_dict(), indent=2))
         return 0
@@ -697,8 +675,8 @@ def run_summary(args: argparse.Namespace) -> int:
     if not args.runs:
         raise UserError("vitscale summary: give RUNS_DIR...")
     cells = _load(args.runs, progress=False)
-    if is_control(cells, worlds := control_worlds(cells)):
-        return _run_control(cells, args, worlds)
+    if is_control(cells):
+        return _run_control(cells, args)
     with user_errors(ValueError):
         s = summary.summarise(cells, metric=args.metric, shots=args.shots, settings=args.settings)
     if args.json:

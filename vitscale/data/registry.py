@@ -24,10 +24,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..kinds import FOLDER_KINDS
 from .embedded import EMBEDDED
 
 SPLITS = ("train", "minitrain", "val", "test")
-FOLDER_KINDS = ("imagefolder", "multilabel", "shards")
 LABEL_FILE = "labels.tsv"
 ROOT_ENV = "VITSCALE_DATA"
 

@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 from .. import record as rf
 from ..data.workers import CELL_CPUS_ENV
+from ..kinds import GLYPHS, kind_of
 from ..record import LOG
 from .cellrun import ANSWER_ENV, EXIT_OK, EXIT_PREEMPTED, PARENT_ENV, parse_answer
 from .plan import Planned, prepare
@@ -240,7 +241,7 @@ def run_local(
     todo.sort(key=lambda p: not p.cell.config.branch.keep)  # trunks first
     if workers < 1 or processes < 1:
         raise ValueError(f"workers and processes must be at least 1, got {workers} and {processes}")
-    if any(p.cell.config.data.dataset.startswith("synthetic") for p in todo):
+    if any(kind_of(p.cell.config.data.dataset).world == GLYPHS for p in todo):
         _build_renderer()
     env = worker_env(workers=workers, processes=processes)
     workers = min(workers, len(todo))

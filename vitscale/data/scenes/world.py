@@ -39,12 +39,13 @@ from functools import cache
 
 import numpy as np
 
+from ...kinds import SCENES
 from .._hash import derive_key, uniform
 from ..synthetic.vocabulary import TaskSplits, glyph_bank
 
 # Version of this world: bump it (never silently) if a change alters any rendered pixel.
 WORLD_SEED = 20_261_202
-UPSTREAM = "scenes"
+UPSTREAM = SCENES
 
 # Geometry, fractions of the image side. A 3x3 layout of cells; a part fills 0.6-0.8 of
 # its cell's side and moves freely inside it.

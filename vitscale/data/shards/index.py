@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from ...kinds import kind_of
 from ...record.folder import write_text_atomic
 from ..registry import DatasetFormatError, DatasetNotFoundError
 from ..subsets import SeededPermutation, SubsetSpec, subset_size
@@ -363,7 +364,7 @@ def describe(
 ) -> dict[str, Any]:
     """``vitscale data list shards:...``: the index's splits and classes, and the
     selection ``subset`` makes with ``seed`` (with ``shards``, its (shard, count) list)."""
-    if not name.startswith("shards:"):
+    if kind_of(name).folder != "shards":
         raise ValueError(
             f"data list NAME describes a sharded set (shards:/path); {name!r} is not one "
             "(vitscale data list shows every dataset)"

@@ -34,6 +34,7 @@ from functools import cache
 
 import numpy as np
 
+from ...kinds import PATCH_WORLD, PERCENTS, TRANSFER, world_name
 from .._hash import derive_key, uniform
 from .vocabulary import TASKS as GLYPH_TASKS
 from .vocabulary import UPSTREAM, SyntheticTask, TaskSplits
@@ -42,10 +43,6 @@ from .vocabulary import UPSTREAM, SyntheticTask, TaskSplits
 PERMUTATION_SEED = 20_261_201
 # The study's ViTs' patch (ViT-Femto/8, ViT-Pico/8): sigma + tau moves patches of this side.
 PATCH = 8
-# The levels registered (experiments/preregistered/permuted.md), percent of pixels moved.
-PERCENTS = (50, 75, 100)
-PATCH_WORLD = "synthetic-patchperm"
-TRANSFER = "glyphs"  # the transfer task each world carries: the glyph world's 20 new glyphs
 _LEVELS = (*PERCENTS, None)
 
 
@@ -63,19 +60,6 @@ class MovedTask(TaskSplits):
     splits = property(lambda self: self.base.splits)
     classes = property(lambda self: self.base.classes)
     num_classes = property(lambda self: self.base.num_classes)
-
-
-def world_name(percent: int | None) -> str:
-    """``synthetic-permuted-<percent>``, or ``synthetic-patchperm`` for sigma + tau."""
-    return PATCH_WORLD if percent is None else f"{UPSTREAM}-permuted-{percent}"
-
-
-def control_worlds() -> dict[str, tuple[float | None, str]]:
-    """Each world's upstream name -> (the fraction of pixels it moves, ``None`` for sigma +
-    tau; its transfer task), the glyph world itself at 0: what the control's analysis
-    (:mod:`analysis.control`) reads a run's world from."""
-    worlds = {UPSTREAM: 0.0} | {world_name(p): None if p is None else p / 100 for p in _LEVELS}
-    return {w: (f, f"{w}-{TRANSFER}") for w, f in worlds.items()}
 
 
 def _tasks() -> dict[str, MovedTask]:

@@ -29,6 +29,7 @@ from itertools import combinations
 
 import numpy as np
 
+from ...kinds import GLYPHS
 from .._hash import derive_key, uniform
 
 GLYPH_GRID = 5
@@ -109,7 +110,7 @@ class SyntheticTask(TaskSplits):
 
 
 _UPSTREAM_CLASSES = 256
-UPSTREAM = "synthetic"
+UPSTREAM = GLYPHS
 
 # Upstream glyphs are 0..255; each transfer task takes the next unused ones. The upstream
 # train split is "unbounded" (10^9 indices, nothing stored): Fig. 4's subsets are prefixes
