@@ -164,7 +164,7 @@ def reference_figures(
     from vitscale.record import EXAFLOPS, EXAMPLES_SEEN, parse_fewshot_key
 
     from . import metrics as M
-    from .figures import learning
+    from .figures import scaling_curves
     from .reference import check_name, jft
 
     stem = f"{check_name(name)}_{{}}_{shots}shot"
@@ -179,7 +179,7 @@ def reference_figures(
         note = f"{', '.join(uncounted)}: not drawn (vitscale.flops does not count their layers)"
     written, tables = [], {}
     for x, view, view_note in ((EXAFLOPS, "compute", note), (EXAMPLES_SEEN, "examples", None)):
-        paths, found = learning.write(
+        paths, found = scaling_curves.write(
             history,
             out,
             metrics=metrics,
@@ -331,7 +331,7 @@ def _curves(done, fewshot: list[str], o: FigureOptions, history: Callable | None
     """Fig. 4's cells along training: a grid's shorter Fig. 5 runs would mix into them."""
     from vitscale.record.cells import load_history
 
-    from .figures import curves
+    from .figures import training_curves
     from .summary import fig4_steps
 
     duration = fig4_steps(done)
@@ -339,7 +339,7 @@ def _curves(done, fewshot: list[str], o: FigureOptions, history: Callable | None
     steps = history(cells) if history is not None else load_history(cells)[0]
     written: list[Path] = []
     for metric in fewshot:
-        written += curves.write(
+        written += training_curves.write(
             steps, o.out, metric=metric, hue=o.group_by, agg=o.agg, formats=o.formats
         )
     return written

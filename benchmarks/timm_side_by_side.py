@@ -77,8 +77,8 @@ def _our_step(name: str, *, device, image_size: int, compile: bool, precision: s
     from accelerate import Accelerator
 
     from vitscale.models import create_model
+    from vitscale.train.hardware import compile_model
     from vitscale.train.optim import build_adamw, build_schedule
-    from vitscale.train.speed import compile_model
     from vitscale.train.step import Step
 
     accelerator = Accelerator(

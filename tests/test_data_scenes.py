@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from vitscale.data import build_dataset
 from vitscale.data.registry import dataset_names
-from vitscale.data.scenes import layout as lay
+from vitscale.data.scenes import contents as lay
 from vitscale.data.scenes import render as rd
 from vitscale.data.scenes import world as w
 from vitscale.evals.fewshot import project

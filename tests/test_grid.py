@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from vitscale import record as rf
 from vitscale.cli import main
+from vitscale.grid.actions import Planned, decide, prepare, retry_hint
 from vitscale.grid.cellrun import cell_lock, run_cell
-from vitscale.grid.plan import Planned, plan, prepare, retry_hint
 from vitscale.grid.spec import load_grid
 
 from .helpers.configs import tiny_config
@@ -272,23 +272,23 @@ def test_status_reports_every_cell(finished_grid, capsys):
 def test_failed_cells_are_retried_up_to_the_configured_count(tmp_path):
     g = load_grid(_write(tmp_path, _tiny_grid(retries=1)))
     runs = tmp_path / "runs"
-    first = plan(g, runs)[0]
+    first = decide(g, runs)[0]
     prepare(first)
     failed = {"status": rf.STATUS_FAILED, "error": "non-finite loss at step 3", "failed_step": 3}
     rf.write_json_atomic(first.run_dir / rf.RESULT, failed)
-    again = plan(g, runs)[0]
+    again = decide(g, runs)[0]
     assert (again.action, again.note) == ("submit", "retry 1/1")
     prepare(again)  # the failure is kept beside, under its attempt number
     assert rf.read_json(first.run_dir / "result.failed-1.json")["failed_step"] == 3
     rf.write_json_atomic(first.run_dir / rf.RESULT, failed)
-    stuck = plan(g, runs)  # not submitted again blindly: the grid says why
+    stuck = decide(g, runs)  # not submitted again blindly: the grid says why
     assert (stuck[0].action, stuck[0].note) == (
         "skip-failed",
         "failed 2 times, last: non-finite loss at step 3",
     )
     hint = retry_hint(stuck, grid_path=g.path, runs=runs / "tiny")
     assert "1 cell(s) failed and are not retried" in hint and "--retry-failed" in hint
-    again = plan(g, runs, retry_failed=True)[0]
+    again = decide(g, runs, retry_failed=True)[0]
     assert (again.action, again.note) == ("submit", "retry 2 (--retry-failed)")
 
 
@@ -299,13 +299,13 @@ def test_a_cell_that_fails_the_same_way_twice_is_not_retried_blindly(tmp_path):
     repeat it too; the grid says so, and --retry-failed runs it once the cause is fixed."""
     g = load_grid(_write(tmp_path, _tiny_grid(retries=4)))
     runs = tmp_path / "runs"
-    run_dir = plan(g, runs)[0].run_dir
+    run_dir = decide(g, runs)[0].run_dir
 
     def fail(error: str, step: int) -> Planned:
-        prepare(plan(g, runs)[0])
+        prepare(decide(g, runs)[0])
         failed = {"status": rf.STATUS_FAILED, "error": error, "failed_step": step}
         rf.write_json_atomic(run_dir / rf.RESULT, failed)
-        return plan(g, runs)[0]
+        return decide(g, runs)[0]
 
     assert fail("IndexError: list index out of range", 400).note == "retry 1/4"
     assert fail("NCCL timeout", 700).note == "retry 2/4"  # not the same: retried
@@ -318,7 +318,7 @@ def test_a_cell_that_fails_the_same_way_twice_is_not_retried_blindly(tmp_path):
     assert "1 cell(s) failed and are not retried" in retry_hint(
         [stuck], grid_path=g.path, runs=runs / "tiny"
     )
-    assert plan(g, runs, retry_failed=True)[0].note == "retry 4 (--retry-failed)"
+    assert decide(g, runs, retry_failed=True)[0].note == "retry 4 (--retry-failed)"
 
 
 def test_a_rerun_brings_operational_keys_to_the_cell(tmp_path):
@@ -326,12 +326,12 @@ def test_a_rerun_brings_operational_keys_to_the_cell(tmp_path):
     cell whose config.json exists, which then resumes with it; the rest is untouched."""
     path = _write(tmp_path, _tiny_grid())
     runs = tmp_path / "runs"
-    first = plan(load_grid(path), runs)[0]
+    first = decide(load_grid(path), runs)[0]
     assert prepare(first) == []
     recorded = rf.read_json(first.run_dir / rf.CONFIG)
     recorded["train"]["total_steps"] = 4  # what the trainer adds
     rf.write_json_atomic(first.run_dir / rf.CONFIG, recorded)
-    again = plan(load_grid(path, overrides=["data.skip_bad_samples=2"]), runs)[0]
+    again = decide(load_grid(path, overrides=["data.skip_bad_samples=2"]), runs)[0]
     assert again.cell.id == first.cell.id
     assert prepare(again) == ["data.skip_bad_samples: 0 -> 2"]
     config = rf.read_json(first.run_dir / rf.CONFIG)
@@ -342,11 +342,11 @@ def test_a_rerun_brings_operational_keys_to_the_cell(tmp_path):
 def test_a_held_cell_is_neither_planned_nor_run_twice(tmp_path, capsys):
     g = load_grid(_write(tmp_path, _tiny_grid()))
     runs = tmp_path / "runs"
-    item = plan(g, runs)[0]
+    item = decide(g, runs)[0]
     prepare(item)
     with cell_lock(item.run_dir) as acquired:
         assert acquired
-        assert plan(g, runs)[0].action == "skip-running"
+        assert decide(g, runs)[0].action == "skip-running"
         assert run_cell(item.run_dir) == 0  # another process holds it: leaves it alone
         assert "another process is running this cell" in capsys.readouterr().out
         assert not (item.run_dir / rf.RESULT).exists()
@@ -364,13 +364,13 @@ def test_a_filesystem_without_locks_runs_cells_unlocked_and_says_so(tmp_path, mo
 
     g = load_grid(_write(tmp_path, _tiny_grid()))
     runs = tmp_path / "runs"
-    items = plan(g, runs)
+    items = decide(g, runs)
     monkeypatch.setattr(fcntl, "flock", no_locks)
     for item in items:
         prepare(item)
         with cell_lock(item.run_dir) as acquired:
             assert acquired
-            assert plan(g, runs)[0].action == "submit"  # not taken for a running cell
+            assert decide(g, runs)[0].action == "submit"  # not taken for a running cell
     err = capsys.readouterr().err
     assert err.count("the filesystem has no file locks (flock: Function not implemented") == 1
     assert "mount with -o flock" in err
@@ -383,8 +383,8 @@ def test_a_worker_survives_a_broken_cell(tmp_path):
     import sys
 
     g = load_grid(_write(tmp_path, _tiny_grid()))
-    broken, good = (item.run_dir for item in plan(g, tmp_path / "runs"))
-    for item in plan(g, tmp_path / "runs"):
+    broken, good = (item.run_dir for item in decide(g, tmp_path / "runs"))
+    for item in decide(g, tmp_path / "runs"):
         prepare(item)
     (broken / rf.CONFIG).write_text("{ not json")
     served = subprocess.run(

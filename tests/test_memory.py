@@ -15,8 +15,8 @@ from vitscale import memory
 from vitscale.catalog import list_models
 from vitscale.cli import main
 from vitscale.flops import count
+from vitscale.grid.actions import decide, prepare
 from vitscale.grid.placement import apply_placements, place_grid
-from vitscale.grid.plan import plan, prepare
 from vitscale.grid.profile import load_profile
 from vitscale.grid.spec import load_grid
 from vitscale.models import create_model
@@ -193,7 +193,7 @@ def test_chosen_micro_batches_are_written_into_the_cells_config(tmp_path):
     fits = place_grid(g, load_profile(_profile(tmp_path, 16)))
     assert 1 <= fits[0].micro_batch < 1024 and 1024 % fits[0].micro_batch == 0
     apply_placements(fits)
-    (item,) = plan(g, tmp_path / "runs")
+    (item,) = decide(g, tmp_path / "runs")
     prepare(item)
     written = json.loads((item.run_dir / "config.json").read_text())
     assert written["train"]["micro_batch_size"] == fits[0].micro_batch
@@ -209,7 +209,7 @@ def test_decoding_on_the_device_is_in_the_estimate_that_picks_the_micro_batch(
     micro-batch (the trainer's, and the grid's at submission) left it out. On a GPU whose
     memory the step just fits at 256, decoding there takes a smaller micro-batch."""
     from vitscale.config import resolve
-    from vitscale.train.speed import micro_batch_for
+    from vitscale.train.hardware import micro_batch_for
 
     from .helpers.datasets import write_jpeg_shards
 

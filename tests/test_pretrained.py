@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from vitscale.catalog import parse, same_padding
 from vitscale.models import create_model, load_pretrained, resize_pos_embed
-from vitscale.models.layouts import from_vitscale
+from vitscale.models.checkpoint_keys import from_vitscale
 from vitscale.models.pretrained import PretrainedError, read_weights
 from vitscale.models.resnet import SameStdConv2d
 
@@ -480,7 +480,7 @@ def test_bad_sources(tmp_path, name, match):
 
 def test_export_layout_round_trips_through_timm_names():
     """Our state dict -> timm's names -> ours is the identity (every registry family)."""
-    from vitscale.models.layouts import to_vitscale
+    from vitscale.models.checkpoint_keys import to_vitscale
 
     for name in ("ViT-Pico/8", "BiT-R11x0.5", "R50x1+ViT-S/16"):
         with torch.device("meta"):

@@ -271,7 +271,7 @@ def test_upstream_top1_reads_the_sample(tmp_path):
 def test_channels_last_by_default_where_a_convolution_trunk_runs_on_a_gpu(model, on_gpu):
     import torch
 
-    from vitscale.train.speed import channels_last_for
+    from vitscale.train.hardware import channels_last_for
 
     cfg = resolve(tiny_config(model={"name": model}, data={"image_size": 64}))
     assert channels_last_for(cfg, device=torch.device("cuda")) is on_gpu

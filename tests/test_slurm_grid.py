@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from vitscale import record as rf
-from vitscale.grid.plan import JOB_FILE
+from vitscale.grid.actions import JOB_FILE
 from vitscale.grid.profile import Shape, SlurmError, load_profile, shape_for
 from vitscale.grid.slurm import (
     ACTIVE_STATES,

@@ -21,8 +21,8 @@ import torch
 import yaml
 
 from vitscale import record as rf
+from vitscale.grid.actions import JOB_FILE
 from vitscale.grid.local import cell_command
-from vitscale.grid.plan import JOB_FILE
 
 from .helpers.cluster import (
     SCRIPT,

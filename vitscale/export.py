@@ -87,7 +87,7 @@ def export_run(
     force: bool = False,
 ) -> Export:
     """Write ``run_dir``'s latest checkpoint as a timm model folder (see module doc)."""
-    from .models.layouts import from_vitscale
+    from .models.checkpoint_keys import from_vitscale
     from .models.pretrained import pool_of
 
     if fmt not in FORMATS:

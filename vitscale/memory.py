@@ -1,6 +1,6 @@
 """Peak accelerator memory of one training step, estimated before anything runs (the grid
 places cells with it, :mod:`vitscale.grid.placement`; the trainer picks micro-batches with
-it, :mod:`vitscale.train.speed`). Per process::
+it, :mod:`vitscale.train.hardware`). Per process::
 
     peak = weights + gradients + optimiser state (+ DDP's gradient buckets, >1 process)
            (+ the pre-trained model kept while fine-tuning)

@@ -15,7 +15,7 @@ from matplotlib.container import ErrorbarContainer
 from matplotlib.markers import MarkerStyle
 
 from analysis import fixtures, paper
-from analysis.figures import curves, fig3, fig4, fig5, learning
+from analysis.figures import fig3, fig4, fig5, scaling_curves, training_curves
 from analysis.reference import jft
 from vitscale import record as rf
 from vitscale.catalog import model_columns
@@ -252,7 +252,7 @@ def test_curves_from_history(cells):
     history, problems = load_history(cells)
     assert not problems
     fig, ax = plt.subplots()
-    curves.plot(ax, history, metric=SHAPES5)
+    training_curves.plot(ax, history, metric=SHAPES5)
     lines = {ln.get_label(): ln for ln in _lines(ax)}
     assert set(lines) == set(MODELS) | {"ViT-Nano/4"}  # history includes the failed cell
     pico = history[history["model"] == "ViT-Pico/4"]
@@ -262,7 +262,7 @@ def test_curves_from_history(cells):
 def test_curves_one_panel_per_subset(cells):
     """A Fig. 4 grid's subsets learn differently: each gets its panel, its own means."""
     history, _ = load_history(cells)
-    fig = curves.figure(history, metric=SHAPES5)
+    fig = training_curves.figure(history, metric=SHAPES5)
     axes = [ax for ax in fig.axes if ax.get_visible()]
     assert [ax.get_title() for ax in axes] == [f"{n:,} images" for n in SUBSETS]
     for ax, n in zip(axes, SUBSETS, strict=True):
@@ -271,7 +271,7 @@ def test_curves_one_panel_per_subset(cells):
         means = pico.groupby("examples_seen")[SHAPES5].mean()
         assert list(line.get_xdata()) == list(means.index)
         assert list(line.get_ydata()) == pytest.approx(list(means))
-    one = curves.figure(history[history["num_examples"] == SUBSETS[0]], metric=SHAPES5)
+    one = training_curves.figure(history[history["num_examples"] == SUBSETS[0]], metric=SHAPES5)
     assert [ax.get_title() for ax in one.axes if ax.get_visible()] == [""]
 
 
@@ -346,8 +346,8 @@ def _figures(span: float):
     yield "fig4", fig4.figure(cells, metric=SHAPES5)
     panels = [fig5.Panel(cells, SHAPES5, "shapes")] * 3  # a third of the page each
     yield "fig5", fig5.figure(panels)
-    yield "curves", curves.figure(history, metric=SHAPES5)
-    yield "learning", learning.figure(history, metrics=[SHAPES5] * 4)[0]  # a quarter each
+    yield "curves", training_curves.figure(history, metric=SHAPES5)
+    yield "learning", scaling_curves.figure(history, metrics=[SHAPES5] * 4)[0]  # a quarter each
 
 
 def _shown(axis) -> list:
@@ -399,11 +399,11 @@ def test_one_colour_per_family_one_marker_per_size_in_every_figure(cells):
     for fig in (
         fig4.figure(cells, metric=SHAPES5),
         fig4.figure(some, metric=SHAPES5),
-        curves.figure(history, metric=SHAPES5),
+        training_curves.figure(history, metric=SHAPES5),
         fig3.figure(cells.assign(pretrain_dataset="synthetic"), metric=SHAPES5),
         fig5.figure([fig5.Panel(cells, SHAPES5, "shapes")]),
         fig5.figure(fig5.paper_panels()),
-        learning.figure(jft_history, metrics=[rf.fewshot_key("imagenet", 5)])[0],
+        scaling_curves.figure(jft_history, metrics=[rf.fewshot_key("imagenet", 5)])[0],
     ):
         for ax in fig.axes:
             for ln in ax.lines:
@@ -447,14 +447,14 @@ def test_crossovers_say_which_pair_crossed():
     ("ViT-B/16 passes ViT-S/16"): which line is ahead after it."""
     history = jft.history()  # the compute view: every model, the Mixers too
     metric = rf.fewshot_key("imagenet", 5)
-    fig, found = learning.figure(history, metrics=[metric], x=rf.EXAFLOPS)
+    fig, found = scaling_curves.figure(history, metrics=[metric], x=rf.EXAFLOPS)
     crossed = found[metric]
-    assert len(crossed) > len({learning.passes(*row) for row in crossed}) - 1 > 1
-    pairs = list(dict.fromkeys(learning.passes(*row) for row in crossed))
+    assert len(crossed) > len({scaling_curves.passes(*row) for row in crossed}) - 1 > 1
+    pairs = list(dict.fromkeys(scaling_curves.passes(*row) for row in crossed))
     (ax,) = [a for a in fig.axes if a.get_visible()]
-    letters = [t.get_text() for t in ax.texts if t.get_gid() == learning.CROSSOVER]
+    letters = [t.get_text() for t in ax.texts if t.get_gid() == scaling_curves.CROSSOVER]
     assert letters == [
-        string.ascii_lowercase[pairs.index(learning.passes(*row))] for row in crossed
+        string.ascii_lowercase[pairs.index(scaling_curves.passes(*row))] for row in crossed
     ]
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     for a, b, c in crossed:

@@ -24,7 +24,7 @@ SCRIPT = textwrap.dedent(
     from analysis import draw, fixtures, metrics, paper, scaling, tables
     from vitscale.cli import figures as cli
     from vitscale.record import cells as load
-    from analysis.figures import curves, fig3, fig4, fig5
+    from analysis.figures import fig3, fig4, fig5, training_curves
     assert "wandb" not in sys.modules, "import analysis loaded wandb"
 
     out = Path(sys.argv[1])

@@ -14,7 +14,7 @@ import pytest
 
 from analysis import reference
 from analysis.crossover import crossovers
-from analysis.figures import curves
+from analysis.figures import training_curves
 from analysis.reference import jft
 from vitscale import flops
 from vitscale.catalog import model_columns
@@ -84,7 +84,7 @@ def test_history_has_the_shape_of_our_runs_curves():
         (m["metric"] == "fewshot/imagenet/5shot").sum()
     )
     # the curve figure of our runs draws it unchanged
-    fig = curves.figure(h, metric="fewshot/imagenet/5shot")
+    fig = training_curves.figure(h, metric="fewshot/imagenet/5shot")
     (ax,) = [a for a in fig.axes if a.get_visible()]
     assert len(ax.lines) == 6
 

@@ -48,7 +48,7 @@ def check_available(
             path if path is not None else Path(root).expanduser() if root else default_root(source)
         )
         try:
-            from .sources.layout import check_layout
+            from .sources.files import check_layout
 
             check_layout(name, source, where)
         except DatasetNotFoundError as e:

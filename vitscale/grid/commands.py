@@ -10,10 +10,10 @@ from pathlib import Path
 from ..catalog import model_columns
 from ..flops import count
 from ..plan import recipe_notes
+from .actions import decide, headline, retry_hint
 from .calibration import ASSUMED, BASES, ESTIMATED, FAMILY, MEASURED
 from .cost import CellCost, cell_cost
 from .placement import Placement, apply_placements, place_grid
-from .plan import headline, plan, retry_hint
 from .profile import Profile, load_profile
 from .spec import Grid, GridError, load_grid
 from .status import collect, format_table
@@ -36,7 +36,7 @@ def print_dry_run(
     also node-hours, time-limit slices, the peak memory per GPU and the micro-batches, and
     the grid's resources checked against it as submission checks them. Exit code 2 when
     anything would be refused."""
-    planned = plan(grid, runs_root, retry_failed=retry_failed)
+    planned = decide(grid, runs_root, retry_failed=retry_failed)
     actions = {p.cell.id: p.action for p in planned}
     est = profile or Profile(name="default")
     costs = [
@@ -413,7 +413,7 @@ def grid(
     if executor == "local":
         from .local import DEFAULT_STOP_TIMEOUT, Interrupted, run_local
 
-        planned = plan(g, runs_root, retry_failed=retry_failed)
+        planned = decide(g, runs_root, retry_failed=retry_failed)
         print(headline(planned, workers=workers), flush=True)
         try:
             codes = run_local(

@@ -41,8 +41,8 @@ from .. import record as rf
 from ..data.workers import CELL_CPUS_ENV
 from ..kinds import GLYPHS, kind_of
 from ..record import LOG
+from .actions import Planned, prepare
 from .cellrun import ANSWER_ENV, EXIT_OK, EXIT_PREEMPTED, PARENT_ENV, parse_answer
-from .plan import Planned, prepare
 
 _CELLRUN = [sys.executable, "-m", "vitscale.grid.cellrun"]
 _SERVE = [*_CELLRUN, "--serve"]

@@ -3,7 +3,7 @@
     vitscale grid FILE --executor slurm --profile slurm/profiles/NAME.yaml
 
 Submission
-    Of the cells :func:`vitscale.grid.plan.plan` submits (a cell's latest job is recorded
+    Of the cells :func:`vitscale.grid.actions.decide` submits (a cell's latest job is recorded
     in ``<run>/job.json``), each one's resources become a :class:`Shape`; the cells of one
     shape go into one job array (a grid usually has one shape, hence one array), at most
     ``array_parallelism`` of them running at once.
@@ -59,9 +59,9 @@ from typing import Any
 
 from .. import record as rf
 from ..record import LOG
+from .actions import JOB_FILE, Planned, decide, prepare, retry_hint, summary
 from .cellrun import EXIT_OK, EXIT_PREEMPTED, is_done
 from .local import cell_command
-from .plan import JOB_FILE, Planned, plan, prepare, retry_hint, summary
 from .profile import REQUEUE_S, Profile, Shape, SlurmError, shape_for
 from .spec import Grid
 
@@ -399,7 +399,7 @@ def submit(grid: Grid, *, runs_root: Path, profile: Profile, retry_failed: bool 
     """Submit the grid's cells that are neither done, running nor queued; returns an exit
     code: 1 when failed cells were skipped, not retried (the hint says how to
     retry them)."""
-    planned = plan(grid, runs_root, is_queued=is_queued, retry_failed=retry_failed)
+    planned = decide(grid, runs_root, is_queued=is_queued, retry_failed=retry_failed)
     print(f"grid {grid.name!r}: {summary(planned)}")
     for p in planned:
         if p.action == "skip-failed":

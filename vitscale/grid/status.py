@@ -19,8 +19,8 @@ from ..record.cells import (
     cell_state,
     find_run_folders,
 )
+from .actions import JOB_FILE
 from .cellrun import is_locked
-from .plan import JOB_FILE
 
 STATUS_ORDER = ("done", "running", "pending", "failed")
 

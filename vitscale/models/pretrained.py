@@ -1,7 +1,7 @@
 """Published checkpoints read into our layout, and loaded into a model built for them
 (:func:`vitscale.models.load_pretrained` and ``create_model(pretrained=)`` build it).
 
-Reads the files ``model.pretrained`` takes (docs/config.md); :mod:`vitscale.models.layouts`
+Reads the files ``model.pretrained`` takes (docs/config.md); :mod:`vitscale.models.checkpoint_keys`
 maps each layout onto our names.
 
 Safety: nothing from a file is ever executed. PyTorch pickles load with
@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from ..catalog import parse
-from .layouts import LayoutError, to_vitscale
+from .checkpoint_keys import LayoutError, to_vitscale
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from ..data import build_dataset, build_loader, finetune_splits, rank0_downloads
 from ..data.registry import finetune_sweep
 from ..evals.features import evaluation_sample, run_model
 from ..models import create_model
+from .hardware import finetune_micro_batch_for
 from .optim import build_schedule
 from .runtime import prepared
-from .speed import finetune_micro_batch_for
 from .step import Step
 
 MOMENTUM = 0.9

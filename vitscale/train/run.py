@@ -31,6 +31,7 @@ from ..models import create_model
 from ..plan import Plan, plan
 from ..published import Published, published_compute
 from . import checkpoint, finetune_progress
+from .hardware import channels_last_for, compile_model, micro_batch_for, num_workers_for
 from .optim import build_adamw, build_schedule
 from .runtime import (
     from_every_rank,
@@ -40,7 +41,6 @@ from .runtime import (
     release,
 )
 from .signals import PreemptionFlag, agreement_group
-from .speed import channels_last_for, compile_model, micro_batch_for, num_workers_for
 from .step import Step
 from .timing import Stopwatch
 from .tracking import Tracker

@@ -1,4 +1,4 @@
-"""Pixels of the scenes world (:mod:`.world`, decided by :mod:`.layout`), with torch
+"""Pixels of the scenes world (:mod:`.world`, decided by :mod:`.contents`), with torch
 operations that run where the tensors are: in training, on the CPU of the loader's
 workers (:class:`SceneImages`); on a GPU where asked (``render(..., device=...)``: ``benchmarks/scenes_render.py --device cuda``),
 its layout copied there in one non-blocking copy per batch.
@@ -29,7 +29,7 @@ from torch import Tensor
 from .._hash import derive_key, uniform
 from ..batch import Batch
 from ..rendered import RenderedSplit
-from . import layout as lay
+from . import contents as lay
 from . import world as w
 
 MIN_SIZE, MAX_SIZE = 32, 224

@@ -1,2 +1,2 @@
-"""Real datasets: :mod:`.layout` (which files each needs, checked without opening one) and
+"""Real datasets: :mod:`.files` (which files each needs, checked without opening one) and
 :mod:`.load` (read through torchvision's own loaders)."""

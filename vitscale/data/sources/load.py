@@ -1,4 +1,4 @@
-"""Real datasets through torchvision's own loaders, checked (:mod:`.layout`) before they
+"""Real datasets through torchvision's own loaders, checked (:mod:`.files`) before they
 are read. Each loader turns one official split ("train" or "test") of a source into an
 :class:`ImageSource`: torchvision's dataset (or ImageFolder) with the paper transforms,
 plus the labels as one array so subsets and few-shot samples never decode an image. A
@@ -33,7 +33,7 @@ from torchvision import datasets
 from ...config.schema import DataConfig
 from ...errors import listing
 from ..registry import LABEL_FILE, SOURCES, DatasetFormatError, decode_reason
-from .layout import CIFAR_CLASSES, PETS_SPLIT, malformed, missing, require, required_paths
+from .files import CIFAR_CLASSES, PETS_SPLIT, malformed, missing, require, required_paths
 
 Transform = Callable[[object], Tensor]
 

@@ -1,2 +1,2 @@
-"""The embedded synthetic family: :mod:`.vocabulary` (torch-free), :mod:`.scene`, and two
+"""The embedded synthetic family: :mod:`.vocabulary` (torch-free), :mod:`.draws`, and two
 renderers of the same pixels, :mod:`.render` (torch, with the ``Dataset``) and :mod:`._fused`."""

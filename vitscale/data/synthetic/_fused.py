@@ -30,7 +30,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from . import scene as sc
+from . import draws as sc
 from .vocabulary import GLYPH_GRID
 
 _SOURCE = r"""
@@ -184,7 +184,7 @@ void render_glyph_scenes(torch::Tensor out, torch::Tensor grid, torch::Tensor le
 
 # The per-example parameters (render.py: uniform, _background_grid, _stroke_layer,
 # _glyph_layers), computed from (key, index) in the same float64 and float32 operations;
-# the constants come from scene.py (_constants, one place for each).
+# the constants come from draws.py (_constants, one place for each).
 _PARAMS_SOURCE = r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -332,7 +332,7 @@ def kernel():
 
 
 def _constants() -> str:
-    """The synthetic family's layout and ranges as C++ constants (read from :mod:`.scene`)."""
+    """The synthetic family's layout and ranges as C++ constants (read from :mod:`.draws`)."""
 
     ints = {
         "NUM_FIELDS": sc.NUM_FIELDS,

@@ -39,7 +39,7 @@ from .._hash import derive_key, uniform
 from ..batch import Batch
 from ..rendered import RenderedSplit
 from . import _fused, permuted
-from . import scene as sc
+from . import draws as sc
 from .vocabulary import GLYPH_GRID, TASKS, TEXTURES, WORLD_SEED, SyntheticTask, glyph_bank
 
 MIN_SIZE, MAX_SIZE = 32, 224

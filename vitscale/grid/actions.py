@@ -84,7 +84,7 @@ def failed_attempts(run_dir: Path) -> int:
     return len(list(run_dir.glob(FAILED_RESULT.format(n="*"))))
 
 
-def plan(
+def decide(
     grid: Grid, runs_root: Path, *, is_queued=lambda run_dir: False, retry_failed: bool = False
 ) -> list[Planned]:
     """Decide each cell's action; ``is_queued(run_dir)`` asks the scheduler (SLURM);

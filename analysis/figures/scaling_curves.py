@@ -112,7 +112,7 @@ def figure(
     lines, then each crossover's letter: which line passes which); ``note`` above the
     panels. Returns ``(figure, crossovers by metric)``."""
     if not metrics:
-        raise ValueError("learning.figure: no metrics to draw")
+        raise ValueError("scaling_curves.figure: no metrics to draw")
     ncols = min(len(metrics), _MAX_COLUMNS)
     found: dict[str, list] = {}
     pairs: list[str] = []
