@@ -145,11 +145,11 @@ def test_every_problem_is_named_with_file_block_and_key(tmp_path, capsys):
     }
     path = _write(tmp_path, grid)
     err = _errors(path, capsys, "--dry-run")
-    assert f"{path}: unknown key 'retires'; did you mean 'retries'?" in err
+    assert f"{path}: unknown key 'retires'; did you mean retries?" in err
     assert f"{path}: block 'vit': unknown key 'train.stpes'; did you mean train.steps?" in err
     assert "block 'vit': model.name: ViT-Pico/5: patch size 5 does not divide resolution 32" in err
     assert "unknown ViT size 'Q'" in err and "valid sizes:" in err
-    assert f"{path}: block 'bit': unknown key 'axis'; did you mean 'axes'?" in err
+    assert f"{path}: block 'bit': unknown key 'axis'; did you mean axes?" in err
     assert err.count("train.stpes") == 1  # one message per problem, not one per cell
 
 

@@ -174,7 +174,7 @@ BAD = {
         "grid",
         _grid(blockz=[]),
         [],
-        ["unknown key 'blockz'; did you mean 'blocks'?"],
+        ["unknown key 'blockz'; did you mean blocks?"],
     ),
     "unknown model size in a block": (
         "grid",
@@ -182,11 +182,29 @@ BAD = {
         [],
         ["block 'a': model.name: unknown ViT size 'Q' in 'ViT-Q/16'; valid sizes: Femto"],
     ),
+    "a resource that is no number": (
+        "grid",
+        _grid(resources={"default": {"gpus": "two"}}),
+        [],
+        ["resources.default: gpus: expected a whole number, got 'two'"],
+    ),
+    "resources that are no mapping": (
+        "grid",
+        _grid(resources={"ViT": 4}),
+        [],
+        ["resources.ViT: must be a section (mapping), got 4"],
+    ),
+    "a block that is no mapping": (
+        "grid",
+        _grid({"name": "a"}, "vit"),
+        [],
+        ["block '#1': must be a section (mapping), got 'vit'"],
+    ),
     "empty axis": (
         "grid",
         _grid({"name": "a", "axes": {"seed": []}}),
         [],
-        ["block 'a'.axes.seed: expected a non-empty list of values, got []"],
+        ["block 'a': axes.seed must be a list of at least 1 value, got []"],
     ),
     "grid file not YAML": (
         "grid",

@@ -3,22 +3,19 @@ id and one-line doc (the full text: docs/config.md, checked against this by a te
 
 pydantic checks the types and ranges (strict: a whole number is no ``true``, a number may
 be a whole number; no NaN or infinity anywhere); :func:`check_types` says what it found in
-our words, one line per key, naming the dotted key, the value and what is allowed.
+our words (:mod:`.explain`), one line per key, naming the key, the value and what is allowed.
 Checks across keys are in :mod:`.rules`.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
-import difflib
-import typing
 from typing import Annotated, Any, Literal
 
-import annotated_types
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, WrapValidator
+from pydantic import BaseModel, ConfigDict, Field, WrapValidator
 
 from ..errors import UserError
+from .explain import validate
 from .recipes import RECIPES
 
 
@@ -210,121 +207,8 @@ def marked(cell_id: dict, section: type[Section] = Config, prefix: str = "") -> 
     return tuple(found)
 
 
-# ----------------------------------------------------------------- pydantic, in our words
-
-
 def check_types(data: dict) -> tuple[dict, list[str], set[str]]:
     """``(kept, problems, rejected)``: ``data`` without the keys the schema rejects, one
-    message per rejected key, and their dotted names. Rejected keys are dropped rather
-    than fatal so that the rules still check the rest: every problem is reported at once.
-    """
-    try:
-        Config.model_validate(data)
-        return data, [], set()
-    except ValidationError as e:  # one message per key, however many union members failed
-        found = dict(_say(error, data) for error in e.errors())
-    kept = copy.deepcopy(data)
-    for path in found:
-        parent = _value(kept, path[:-1])
-        if isinstance(parent, dict):
-            parent.pop(path[-1], None)
-    return kept, list(found.values()), {".".join(path) for path in found}
-
-
-def _say(error: dict, data: dict) -> tuple[tuple[str, ...], str]:
-    """The key a pydantic error is about (its ``loc`` down to the first non-section), and
-    the message the user reads: the dotted key, the value, what is allowed there."""
-    section, path, hint = Config, (), None
-    for part in error["loc"]:
-        path, hint = (*path, part), typing.get_type_hints(section).get(part)
-        if not (isinstance(hint, type) and issubclass(hint, Section)):
-            break
-        section = hint
-    dotted, value = ".".join(path), _value(data, path)
-    if error["type"] == "extra_forbidden":
-        keys = list(section.model_fields)
-        if close := difflib.get_close_matches(path[-1], keys, n=1):
-            return path, f"unknown key {dotted!r}; did you mean {'.'.join((*path[:-1], close[0]))}?"
-        return path, f"unknown key {dotted!r}; valid keys: {', '.join(keys)}"
-    if section is hint:  # the key names a whole section
-        return path, f"{dotted} must be a section (mapping), got {value!r}"
-    if error["type"] == "finite_number":
-        return path, f"{dotted}: expected finite numbers, got {value!r}"
-    if error["type"] in _OUT_OF_RANGE:
-        return path, f"{dotted} must be {_allowed(section, path[-1])}, got {value}"
-    if (choices := _choices(hint)) and isinstance(value, str):
-        return path, f"{dotted}: unknown value {value!r}; valid: {', '.join(map(repr, choices))}"
-    return path, f"{dotted}: expected {_type_name(hint)}, got {value!r}"
-
-
-_OUT_OF_RANGE = {
-    "greater_than", "greater_than_equal", "less_than", "less_than_equal", "too_short", "too_long"
-}  # fmt: skip
-
-
-def _allowed(section: type[Section], key: str) -> str:
-    """A key's declared range in words: "positive", "in [0, 1)", "2 values, each in [0, 1)"."""
-    field = section.model_fields[key]
-    limits = _limits(typing.get_type_hints(section, include_extras=True)[key], field.metadata)
-    if "item" not in limits:
-        return _range(limits)
-    low, high = limits.get("min_length"), limits.get("max_length")
-    count = f"{low} values" if low and low == high else f"at least {low} value" if low else "values"
-    each = f", each {_range(limits['item'])}" if _range(limits["item"]) else ""
-    return f"a list of {count}{'s' if low and low > 1 and low != high else ''}{each}"
-
-
-def _limits(hint: Any, metadata: Any = ()) -> dict[str, Any]:
-    """The limits a key's type states (``{"ge": 0, "lt": 1}``), its list items' as "item"."""
-    found: dict[str, Any] = {}
-    for item in metadata:  # a Field(...) inside Annotated carries its own
-        for limit in getattr(item, "metadata", [item]):
-            if isinstance(limit, annotated_types.BaseMetadata):
-                found.update(dataclasses.asdict(limit))
-    if typing.get_origin(hint) is Annotated:
-        return found | _limits(typing.get_args(hint)[0], hint.__metadata__)
-    if typing.get_origin(hint) is list:
-        return found | {"item": _limits(typing.get_args(hint)[0])}
-    for arg in typing.get_args(hint):  # X | None
-        found |= _limits(arg)
-    return found
-
-
-def _range(limits: dict[str, Any]) -> str:
-    low = next(((k, limits[k]) for k in ("gt", "ge") if k in limits), None)
-    high = next(((k, limits[k]) for k in ("lt", "le") if k in limits), None)
-    if low and high:
-        return f"in {'(' if low[0] == 'gt' else '['}{low[1]}, {high[1]}{')' if high[0] == 'lt' else ']'}"
-    words = {("gt", 0): "positive", ("ge", 0): "non-negative"}
-    if low:
-        return words.get(low, f"{'greater than' if low[0] == 'gt' else 'at least'} {low[1]}")
-    return f"{'below' if high[0] == 'lt' else 'at most'} {high[1]}" if high else ""
-
-
-def _choices(hint: Any) -> tuple[str, ...]:
-    """The values a ``Literal`` key (or ``Literal | None``) allows; () for other keys."""
-    if typing.get_origin(hint) is Literal:
-        return typing.get_args(hint)
-    return next((_choices(h) for h in typing.get_args(hint) if _choices(h)), ())
-
-
-_TYPE_WORDS = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}
-
-
-def _type_name(hint: Any) -> str:
-    """``int | None`` -> "a whole number or null": what the user may write there."""
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) is Literal:
-        return "a string"
-    if typing.get_origin(hint) is list:
-        return f"a list of {_type_name(args[0]).removeprefix('a ')}s"
-    if not args:
-        return _TYPE_WORDS[hint]
-    words = " or ".join(_type_name(a) for a in args if a is not type(None))
-    return words + (" or null" if type(None) in args else "")
-
-
-def _value(data: Any, path: tuple[str, ...]) -> Any:
-    for part in path:
-        data = data.get(part) if isinstance(data, dict) else None
-    return data
+    message per rejected key (:mod:`.explain`), and their dotted names."""
+    kept, rejected = validate(Config, data)
+    return kept, [r.message for r in rejected], {".".join(r.path) for r in rejected}

@@ -10,7 +10,6 @@ included, checked against its dataset's size and its launch) and identified by i
 from __future__ import annotations
 
 import copy
-import difflib
 import itertools
 import re
 from collections.abc import Callable
@@ -18,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..config import Config, ConfigError, set_key, yaml_load
+from ..config.explain import validate
 from ..plan import Plan, plan
 from .branches import Family, assign
 from .profile import Profile, SlurmError, shape_for
@@ -153,56 +153,21 @@ def resource_problems(
 
 
 def _read(raw: dict, path: Path) -> tuple[GridFile, list[str]]:
-    """The grid file and one message per key it rejects; a rejected key is dropped so that
-    the rest is still expanded and checked: every problem is reported at once."""
-    problems: list[str] = []
-    while True:
-        try:
-            return GridFile.model_validate(raw), problems
-        except ValidationError as e:
-            errors = e.errors()
-        problems += [_said(error, raw, path) for error in errors]
-        for error in errors:
-            *parents, key = error["loc"]
-            node = raw
-            for part in parents:
-                node = node[part]
-            if isinstance(node, dict):
-                node.pop(key, None)
-            else:  # a block that is no mapping
-                node[key] = {}
+    """The grid file and one message per key it rejects (:mod:`vitscale.config.explain`),
+    naming the block or resources entry the key is in; the rest is still expanded."""
+    kept, rejected = validate(GridFile, raw)
+    problems = [f"{path}: {_place(raw, r.place)}{r.message}" for r in rejected]
+    return GridFile.model_validate(kept), problems
 
 
-_EXPECTED = {
-    "too_short": "a non-empty list of values",
-    "list_type": "a list",
-    "dict_type": "a mapping",
-    "model_type": "a mapping",
-    "model_attributes_type": "a mapping",
-    "int_type": "a whole number",
-    "float_type": "a number",
-    "string_type": "a string",
-    "greater_than": "more than {gt}",
-    "greater_than_equal": "at least {ge}",
-}
-
-
-def _said(error: dict, raw: dict, path: Path) -> str:
-    """A rejected key in our words: the file, the block or resources entry, the key, the
-    value, what is allowed there."""
-    loc, where, part = error["loc"], str(path), GridFile
-    if loc[0] in ("blocks", "resources") and len(loc) > 1:
-        entry = raw[loc[0]][loc[1]]
-        label = entry.get("name", f"#{loc[1]}") if isinstance(entry, dict) else f"#{loc[1]}"
-        where += f": block {label!r}" if loc[0] == "blocks" else f": resources.{loc[1]}"
-        loc, part = loc[2:], Block if loc[0] == "blocks" else Resources
-    if error["type"] == "extra_forbidden":
-        close = difflib.get_close_matches(loc[-1], list(part.model_fields), n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"valid: {', '.join(part.model_fields)}"
-        return f"{where}: unknown key {loc[-1]!r}; {hint}"
-    expected = _EXPECTED.get(error["type"], error["msg"]).format(**error.get("ctx", {}))
-    key = (": " if part is GridFile else ".") + ".".join(map(str, loc)) if loc else ""
-    return f"{where}{key}: expected {expected}, got {error['input']!r}"
+def _place(raw: dict, place: tuple) -> str:
+    if not place:
+        return ""
+    if place[0] == "resources":
+        return f"resources.{place[1]}: "
+    block = raw["blocks"][place[1]]
+    name = block.get("name") if isinstance(block, dict) else None
+    return f"block {name or f'#{place[1]}'!r}: "
 
 
 def _points(axes: dict, zipped: dict, where: str, problems: list[str]) -> list[dict[str, Any]]:
