@@ -206,6 +206,12 @@ BAD = {
         [],
         ["block 'a': axes.seed must be a list of at least 1 value, got []"],
     ),
+    "empty top-level axis": (
+        "grid",
+        _grid(axes={"seed": []}),
+        [],
+        ["file.yaml: axes.seed must be a list of at least 1 value, got []"],
+    ),
     "grid file not YAML": (
         "grid",
         "name: bad\nbase: [1, 2\n",
@@ -335,3 +341,19 @@ def test_grid_problems_are_blamed_on_the_key_that_caused_them_once(tmp_path, cap
         "--set optim.weight_decy=0.1: unknown key 'optim.weight_decy'; did you mean "
         "optim.weight_decay?"
     ) in lines
+
+
+@pytest.mark.parametrize(
+    "where, extra",
+    [
+        ("block", []),
+        ("set", ["--set", "optim.lr=fast"]),
+    ],
+)
+def test_a_bad_value_the_user_wrote_is_never_blamed_on_the_recipe(where, extra, tmp_path, capsys):
+    block = {"name": "a", "set": {"optim.lr": "fast"}} if where == "block" else {"name": "a"}
+    path = _write(tmp_path, _grid(block))
+    assert main(["grid", path, "--dry-run", *extra]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "optim.lr: expected a number or null, got 'fast'" in line
+    assert "recipe" not in line, line

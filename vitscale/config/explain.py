@@ -55,10 +55,10 @@ def _explain(error: dict, model: type[BaseModel], data: dict) -> Rejected:
         said = f"{key}: expected finite numbers, got {value!r}"
     elif error["type"] in _OUT_OF_RANGE:
         said = f"{key} must be {_allowed(hint, field.metadata if field else ())}, got {value}"
-    elif (choices := _choices(bare)) and isinstance(value, str):
+    elif (choices := _choices(hint)) and isinstance(value, str):
         said = f"{key}: unknown value {value!r}; valid: {', '.join(map(repr, choices))}"
     else:
-        said = f"{key}: expected {_type_name(bare)}, got {value!r}"
+        said = f"{key}: expected {_type_name(hint)}, got {value!r}"
     return Rejected(path, place, said)
 
 

@@ -27,6 +27,7 @@ def validate(
     )
     for key in DERIVED_KEYS:
         pop_key(user, key)
+    written = _flat(_strip_none(user))  # a value the schema rejects is still the user's
     kept, problems, rejected = check_types(user)
     partial = Config.model_validate(kept)
     name = partial.recipe or choose(partial.data.dataset)
@@ -38,7 +39,7 @@ def validate(
     merged = _deep_merge(Config().to_dict(), _deep_merge(defaults, user))
     merged["recipe"] = name
     cfg = Config.model_validate(merged)
-    from_recipe = {k: v for k, v in _flat(defaults).items() if k not in _flat(user)}
+    from_recipe = {k: v for k, v in _flat(defaults).items() if k not in written}
     return cfg, problems + rules.check(cfg, rejected=rejected), from_recipe
 
 
