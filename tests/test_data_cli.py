@@ -21,10 +21,34 @@ def test_data_list(capsys):
     for name in dataset_names():
         assert f"\n{name}\n" in f"\n{out}"
     assert "classes: 256; splits: train 1,000,000,000, val 10,000, test 10,000" in out
-    assert "classes: 37; splits: train 3,680, test 3,669; held-out val 10% of train" in out
+    assert (
+        "classes: 37; splits: train 3,680, test 3,669; val 10% of train "
+        "(eval.finetune.val_fraction)" in out
+    )
     assert main(["data", "list", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert {r["name"] for r in rows} == set(dataset_names())
+
+
+def test_data_list_names_an_own_sets_classes_splits_and_held_out_parts(tmp_path, capsys):
+    mine = write_image_tree(tmp_path / "mine", ["ant", "bee", "cow"], {"train": 30})
+    assert main(["data", "list", f"imagefolder:{mine}"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[1:] == [
+        "    3 classes (single-label): ant, bee, cow",
+        "    train: 24 examples (minitrain 22 + val 2)",
+        "    val: 2 examples, held out of train: eval.finetune.val_fraction 0.1 (fine-tuning's "
+        "lr choice)",
+        "    test: 6 examples, held out of train/: data.holdout 0.2 per class",
+    ]
+    assert "no test/ or val/ folder" in captured.err  # the loader's own note, once
+    tree = write_image_tree(tmp_path / "tree", ["ant", "bee"], {"train": 8, "val": 4})
+    assert main(["data", "list", f"imagefolder:{tree}", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["splits"] == {"train": 8, "minitrain": 7, "val": 1, "test": 4}
+    assert row["test_from"] == "the val/ folder" and row["classes"] == ["ant", "bee"]
+    assert main(["data", "list", f"imagefolder:{tmp_path / 'none'}"]) == 2
+    assert "nothing under" in capsys.readouterr().err
 
 
 def test_data_preview_synthetic(tmp_path, capsys):

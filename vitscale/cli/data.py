@@ -13,12 +13,17 @@ def configure(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
     ls = sub.add_parser(
         "list",
-        help="every dataset name: what it is, classes, split sizes; or one sharded set",
-        description="Without NAME: every dataset name. With a shards: NAME: its index "
-        "(splits, shards, examples, classes) and, with --subset, exactly which shards and "
-        "examples a pre-training subset takes.",
+        help="every dataset name: what it is, classes, split sizes; or one dataset",
+        description="Without NAME: every dataset name. With NAME: its classes, each split's "
+        "size and where its held-out parts come from (test: a test/ or val/ folder, else "
+        "data.holdout of train/; val: eval.finetune.val_fraction of train). A shards: NAME: "
+        "its index (splits, shards, examples, classes) and, with --subset, exactly which "
+        "shards and examples a pre-training subset takes.",
     )
-    ls.add_argument("name", nargs="?", help="a sharded set, e.g. shards:/data/in21k")
+    ls.add_argument(
+        "name", nargs="?", help="a dataset, e.g. imagefolder:/data/mine or shards:/data/in21k"
+    )
+    ls.add_argument("--root", help="with NAME: where a torchvision set or ImageNet lives")
     ls.add_argument("--subset", help="with NAME: the subset to resolve, e.g. 9M (data.subset)")
     ls.add_argument("--seed", type=int, default=0, help="with --subset: the run's seed (default 0)")
     ls.add_argument(
@@ -132,7 +137,11 @@ def run(args: argparse.Namespace) -> int:
                 if r["splits"]
                 else "read from disk"
             )
-            held = f"; held-out val {r['val_fraction']:.0%} of train" if r["val_fraction"] else ""
+            held = (
+                f"; val {r['val_fraction']:.0%} of train (eval.finetune.val_fraction)"
+                if r["val_fraction"]
+                else ""
+            )
             print(f"{r['name']}\n    {r['description']}")
             print(f"    classes: {classes}; splits: {splits}{held}\n    {r['source']}")
         return 0
@@ -201,9 +210,20 @@ def _data_shards(args: argparse.Namespace) -> int:
 
 
 def _data_describe(args: argparse.Namespace) -> int:
-    from ..data.shards.index import describe, format_description
+    from ..kinds import kind_of
 
-    with user_errors(ValueError):
-        row = describe(args.name, subset=args.subset, seed=args.seed, shards=args.shards)
-    print(json.dumps(row, indent=2) if args.json else format_description(row))
+    if kind_of(args.name).folder == "shards":
+        from ..data.shards.index import describe, format_description
+
+        with user_errors(ValueError):
+            row = describe(args.name, subset=args.subset, seed=args.seed, shards=args.shards)
+        print(json.dumps(row, indent=2) if args.json else format_description(row))
+        return 0
+    if args.subset or args.shards:
+        raise UserError("data list: --subset and --shards describe a sharded set (shards:/path)")
+    from ..data.build import describe_dataset, format_dataset
+
+    with user_errors(ValueError):  # unknown name, dataset missing or malformed
+        row = describe_dataset(args.name, root=args.root)
+    print(json.dumps(row, indent=2) if args.json else format_dataset(row))
     return 0

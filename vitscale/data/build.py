@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
+from ..config.schema import DataConfig
 from .embedded import EMBEDDED, open_task
 from .indexed import IndexedDataset
 from .registry import SOURCES, SPLITS, default_root, parse_name
@@ -196,3 +197,62 @@ def finetune_splits(
 def all_targets(ds: Dataset) -> np.ndarray:
     """Every example's (primary) class, without decoding images."""
     return ds.targets_of(np.arange(len(ds)))
+
+
+def describe_dataset(
+    name: str,
+    *,
+    root: str | Path | None = None,
+    holdout: float | None = None,
+    val_fraction: float | None = None,
+) -> dict:
+    """``vitscale data list NAME`` for a set that is not sharded: its classes, each split's
+    size, and where the two held-out parts come from, in one vocabulary: ``test`` (a
+    test or val folder, the official test split, or ``data.holdout`` of train/) and ``val``
+    (``eval.finetune.val_fraction`` of train, where fine-tuning chooses its learning rate;
+    train without it is ``minitrain``)."""
+    source, path = parse_name(name)
+    kw = dict(root=root, image_size=32, augment=False, download=False, holdout=holdout)
+    train = _base(name, "train", **kw)
+    sizes = {s: len(_base(name, s, val_fraction=val_fraction, **kw)) for s in SPLITS[1:]}
+    if source in EMBEDDED:
+        test, val = "its own test stream", "its own val stream (minitrain is all of train)"
+    else:
+        from .sources.load import test_dir
+
+        folder = test_dir(source, path) if path is not None else None
+        fraction = DataConfig().holdout if holdout is None else holdout
+        test = (
+            f"the {folder}/ folder"
+            if folder
+            else f"held out of train/: data.holdout {fraction:g} per class"
+            if path is not None
+            else "the official test split"
+        )
+        share = SOURCES[source].val_fraction if val_fraction is None else val_fraction
+        val = f"held out of train: eval.finetune.val_fraction {share:g} (fine-tuning's lr choice)"
+    return dict(
+        name=name,
+        num_classes=train.num_classes,
+        classes=list(train.classes),
+        multilabel=bool(getattr(train, "multilabel", False)),
+        splits={"train": len(train), **sizes},
+        test_from=test,
+        val_from=val,
+    )
+
+
+def format_dataset(row: dict) -> str:
+    """:func:`describe_dataset`'s row as ``vitscale data list NAME`` prints it."""
+    kind = "multi-label" if row["multilabel"] else "single-label"
+    s = row["splits"]
+    return "\n".join(
+        [
+            row["name"],
+            f"    {row['num_classes']:,} classes ({kind}): {', '.join(map(str, row['classes']))}",
+            f"    train: {s['train']:,} examples (minitrain {s['minitrain']:,}"
+            + (f" + val {s['val']:,})" if s["minitrain"] + s["val"] == s["train"] else ")"),
+            f"    val: {s['val']:,} examples, {row['val_from']}",
+            f"    test: {s['test']:,} examples, {row['test_from']}",
+        ]
+    )

@@ -335,7 +335,7 @@ def _folder(name: str, root: Path, split_dir: str, transform: Transform) -> data
     return ds
 
 
-def _test_dir(name: str, root: Path) -> str | None:
+def test_dir(name: str, root: Path) -> str | None:
     """The folder of the test split: ``test/``, else ``val/`` (ImageNet: always ``val/``),
     else None (held out of ``train/``)."""
     if name == "imagenet":
@@ -372,9 +372,9 @@ def _split(
     """``(the ImageFolder a split reads, its folder, the rows of it that are the split or
     None for all)``. Without a test folder the held-out part of train/ is said once;
     ``holdout`` None: data.holdout's default."""
-    test_dir = _test_dir(name, root)
-    if test_dir is not None:
-        split_dir = "train" if split == "train" else test_dir
+    folder = test_dir(name, root)
+    if folder is not None:
+        split_dir = "train" if split == "train" else folder
         return _folder(name, root, split_dir, transform), split_dir, None
     ds = _folder(name, root, "train", transform)
     fraction = DataConfig().holdout if holdout is None else holdout
