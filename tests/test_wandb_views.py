@@ -368,6 +368,30 @@ def test_report_from_the_finished_grid(grid, logged, assets, tmp_path, capsys):
     assert manifest["cells"] == {"total": 4, "done": 4}
 
 
+def test_the_views_read_where_the_cells_log_and_the_grid_file_they_ran_from(grid, tmp_path, capsys):
+    path, runs = grid
+    config = rf.read_json(next(runs.glob(f"*/{rf.CONFIG}")))
+    assert config["grid_file"] == str(path.resolve())  # recorded by vitscale grid
+    argv = ["wandb", "report", str(runs), "-e", "me", "--dry-run", "--json"]
+    assert main([*argv, "--out", str(tmp_path / "report")]) == 0  # no --project, no --grid-file
+    out = json.loads(capsys.readouterr().out)
+    assert out["assets"]["grid_file"] == str(path.resolve())
+    assert main(["wandb", "dashboard", str(runs), "--dry-run"]) == 2  # the grid names no entity
+    assert "--entity: give it: the grid's cells set wandb.entity to none" in capsys.readouterr().err
+    assert main(["wandb", "dashboard", str(path), "-e", "me", "-p", "mine", "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    assert "in me/mine:" in captured.out
+    assert "warning: --project mine: the grid's cells log to wandb.project vitscale" in captured.err
+    grid_file = yaml.safe_load(path.read_text())
+    grid_file["base"]["wandb"] |= {"entity": "team", "project": "mine"}
+    said = tmp_path / f"{GRID}.yaml"
+    said.write_text(yaml.safe_dump(grid_file))
+    assert main(["wandb", "dashboard", str(said), "--dry-run"]) == 0  # where the grid says
+    assert "in team/mine:" in capsys.readouterr().out
+    assert main(["grid", str(said), "--dry-run"]) == 0
+    assert f"W&B: group '{GRID}' in team/mine, mode offline" in capsys.readouterr().out
+
+
 def test_report_of_a_partly_finished_grid(grid, tmp_path, capsys):
     _, runs = grid
     copy = tmp_path / GRID

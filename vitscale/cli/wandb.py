@@ -17,11 +17,15 @@ from ..errors import UserError, user_errors
 from .train import add_overrides
 
 
-def _target(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+def _target(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--entity", "-e", required=required, help="W&B entity (user or team) of the project"
+        "--entity",
+        "-e",
+        help="W&B entity (user or team) of the project (default: the cells' wandb.entity)",
     )
-    p.add_argument("--project", "-p", required=required, help="W&B project the grid's runs log to")
+    p.add_argument(
+        "--project", "-p", help="W&B project the grid's runs log to (default: wandb.project)"
+    )
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -100,7 +104,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     s.add_argument(
         "runs", nargs="+", metavar="RUNS", help="run folders, grid folders or a runs/ directory"
     )
-    _target(s, required=False)
+    _target(s)
     s.add_argument("--dry-run", action="store_true", help="list what would be uploaded; no network")
 
 
@@ -139,8 +143,9 @@ def _dashboard(args: argparse.Namespace) -> int:
 
     _check_target(args)
     study = load_study(args.source, overrides=args.overrides)
+    entity, project = study.target(args.entity, args.project)
     try:
-        workspace = build_workspace(study, entity=args.entity, project=args.project, name=args.name)
+        workspace = build_workspace(study, entity=entity, project=project, name=args.name)
         spec = workspace_spec(workspace)
     except ValueError as e:  # the library's validation: a --name it refuses
         raise UserError(f"--name {args.name!r}: {_reason(e)}") from None
@@ -151,7 +156,7 @@ def _dashboard(args: argparse.Namespace) -> int:
             print("\n".join(workspace_summary(workspace, study)))
             print("dry run: nothing sent (--json: the full spec)")
         return 0
-    api = open_project(args.entity, args.project, group=study.group)
+    api = open_project(entity, project, group=study.group)
     url, updated = save_workspace(workspace, api, group=study.group)
     print(
         f"{'updated' if updated else 'created'} workspace {workspace.name!r} ({len(study.cells)} cells): {url}"
@@ -179,17 +184,16 @@ def _report(args: argparse.Namespace) -> int:
         if not Path(args.runs).is_dir():
             raise StudyError(f"no such run folder or grid folder: {args.runs}")
         study = from_runs([args.runs])
+        entity, project = study.target(args.entity, args.project)
         check_inputs(study, grid_file=args.grid_file)
         api = None
         if not args.dry_run:  # W&B is checked before anything is drawn or written
-            api = open_project(args.entity, args.project, group=study.group)
+            api = open_project(entity, project, group=study.group)
         measured = sorted({k for _, k in study.fewshot})
         shots = args.shots or (measured[-1] if measured and 5 not in measured else 5)
         assets = build_assets(study, out=out, shots=shots, grid_file=args.grid_file)
         try:
-            report = build_report(
-                study, assets, entity=args.entity, project=args.project, title=args.title
-            )
+            report = build_report(study, assets, entity=entity, project=project, title=args.title)
             spec = report_spec(report)
         except ValueError as e:  # the library's validation: a --title it refuses
             raise UserError(f"--title {args.title!r}: {_reason(e)}") from None

@@ -186,6 +186,7 @@ class BranchConfig(Section):
 class Config(Section):
     seed: int = 0
     grid: str | None = _key(cell_id=OPERATIONAL, doc="set by the grid runner")
+    grid_file: str | None = _key(cell_id=OPERATIONAL, doc="set by the grid runner: its file")
     recipe: Literal[RECIPES] | None = None
     model: ModelConfig = _key(ModelConfig)
     data: DataConfig = _key(DataConfig)

@@ -63,6 +63,7 @@ def print_dry_run(
         "gpu_type": est.gpu_type,
         "gpu_hours_basis": {b: sum(c.basis == b for c in costs) for b in BASES},
         "problems": problems,
+        "wandb": [dict(zip(("mode", "entity", "project"), t, strict=True)) for t in _wandb(grid)],
         **_spent(costs, grid),
     }
     rows = [_row(c, actions[c.cell.id], fits.get(c.cell.id)) for c in costs]
@@ -87,6 +88,11 @@ def print_dry_run(
         f"{total['to_run']} cells to run ({total['gpu_hours_to_run']:,.1f} GPU-hours), "
         f"{total['done']} done"
     )
+    for mode, entity, project in _wandb(grid):
+        print(
+            f"W&B: group {grid.name!r} in {entity or '(your default entity)'}/{project}, mode "
+            f"{mode} (wandb.entity, wandb.project, wandb.mode: set them in the grid's base)"
+        )
     print(
         "exaFLOPs: pre-training (paper convention, Fig. 5's x-axis); ft: fine-tuning, every "
         "set's learning-rate sweep and retrain at its resolution (few-shot evaluation not counted)"
@@ -116,6 +122,14 @@ def print_dry_run(
             "micro: pre-training micro-batch / per-GPU batch (fine-tuning's after the comma)"
         )
     return _refuse(problems)
+
+
+def _wandb(grid: Grid) -> list[tuple[str, str | None, str]]:
+    """Where the cells log: each distinct (mode, entity, project)."""
+    logged = {
+        (c.config.wandb.mode, c.config.wandb.entity, c.config.wandb.project) for c in grid.cells
+    }
+    return sorted(logged, key=str)
 
 
 def _row(c, action: str, fit: Placement | None) -> dict:

@@ -320,7 +320,8 @@ def _cells(
             for bp in _points(block.axes, block.zip, f"{path}: block {label!r}", problems):
                 try:
                     config = copy.deepcopy(base)
-                    for key, value in (gp | fixed | bp | {"grid": name}).items():
+                    ran = {"grid": name, "grid_file": str(path.resolve())}
+                    for key, value in (gp | fixed | bp | ran).items():
                         set_key(config, key, value)
                     cell = Cell(plan_cell(config), label, gp | bp)
                 except ConfigError as e:

@@ -123,8 +123,13 @@ def _plain(value: Any) -> Any:
 
 
 def _grid_text(study: Study, grid_file: Path | None) -> tuple[str | None, str | None]:
-    """The grid file's text: the one given, else ``experiments/<grid>.yaml`` if present."""
-    path = grid_file or Path("experiments") / f"{study.group}.yaml"
+    """The grid file's text: the one given, else the one the cells last ran from (recorded
+    in their config.json by ``vitscale grid``), else ``experiments/<grid>.yaml`` if present."""
+    recorded = Path(study.grid_file) if study.grid_file else None
+    path = grid_file or next(
+        (p for p in (recorded, Path("experiments") / f"{study.group}.yaml") if p and p.is_file()),
+        Path("experiments") / f"{study.group}.yaml",
+    )
     if not path.is_file():
         if grid_file is not None:
             raise StudyError(f"--grid-file {grid_file}: no such file")

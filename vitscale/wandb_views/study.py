@@ -6,12 +6,14 @@ while it runs) or from its run folders (config.json of each cell). No W&B, no ne
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import record as rf
+from ..config.schema import WandbConfig
 from ..errors import UserError
 
 
@@ -41,8 +43,34 @@ class Study:
     cells: tuple[CellInfo, ...]
     fewshot: tuple[tuple[str, int], ...]  # (dataset, k) pairs some cell evaluates
     finetune: tuple[str, ...]  # datasets some cell fine-tunes on
-    grid_file: Path | None = None  # the grid file, when the study was read from one
+    grid_file: Path | None = None  # the grid file read, or the one the run folders record
     run_dirs: tuple[Path, ...] = ()  # the run folders, when read from them
+    targets: tuple[tuple[str | None, str], ...] = ()  # the cells' (wandb.entity, .project)
+
+    def target(self, entity: str | None, project: str | None) -> tuple[str, str]:
+        """Where the view reads the cells from: ``entity`` and ``project`` (the flags) or,
+        where one is not given, the one the cells log to (their ``wandb`` section). A flag
+        that differs from where they log is kept, and said: the view would find no runs."""
+        chosen = []
+        for flag, given, logged in (
+            ("--entity", entity, {e for e, _ in self.targets}),
+            ("--project", project, {p for _, p in self.targets}),
+        ):
+            key, found = f"wandb.{flag[2:]}", ", ".join(sorted(map(str, logged))) or "none"
+            if given is None and (len(logged) != 1 or None in logged):
+                many = "several values" if len(logged) > 1 else "none"
+                raise StudyError(
+                    f"{flag}: give it: the grid's cells set {key} to {many} ({found}); or "
+                    f"set {key} in the grid's base and run it"
+                )
+            if given is not None and logged - {None} and logged != {given}:  # None: W&B's own
+                print(
+                    f"warning: {flag} {given}: the grid's cells log to {key} {found}, so the "
+                    f"view will find none of them there; set {key}: {given} in the grid",
+                    file=sys.stderr,
+                )
+            chosen.append(given if given is not None else next(iter(logged)))
+        return chosen[0], chosen[1]
 
     @property
     def models(self) -> list[str]:
@@ -99,6 +127,17 @@ def _with_settings(
     )
 
 
+def _targets(configs: Iterable[Mapping[str, Any]]) -> tuple[tuple[str | None, str], ...]:
+    """The (entity, project) pairs the cells log to (a config without a wandb section
+    logged to the schema's default project)."""
+    default = WandbConfig().project
+    pairs = {
+        ((c.get("wandb") or {}).get("entity"), (c.get("wandb") or {}).get("project") or default)
+        for c in configs
+    }
+    return tuple(sorted(pairs, key=str))
+
+
 def _metrics(configs: Iterable[Mapping[str, Any]]) -> tuple[tuple, tuple]:
     fewshot: dict[tuple[str, int], None] = {}
     finetune: dict[str, None] = {}
@@ -125,7 +164,9 @@ def from_grid_file(path: str | os.PathLike, *, overrides: Sequence[str] = ()) ->
     fewshot, finetune = _metrics(configs)
     cells = tuple(_cell(cfg, c.id, None) for cfg, c in zip(configs, grid.cells, strict=True))
     cells = _with_settings(cells, configs)
-    return Study(grid.name, cells, fewshot, finetune, grid_file=Path(path))
+    return Study(
+        grid.name, cells, fewshot, finetune, grid_file=Path(path), targets=_targets(configs)
+    )
 
 
 def from_runs(paths: Sequence[str | os.PathLike]) -> Study:
@@ -159,7 +200,16 @@ def from_runs(paths: Sequence[str | os.PathLike]) -> Study:
         )
     fewshot, finetune = _metrics(configs)
     cells = _with_settings(cells, configs)
-    return Study(groups[0], cells, fewshot, finetune, run_dirs=tuple(folders))
+    files = {c.get("grid_file") for c in configs}
+    return Study(
+        groups[0],
+        cells,
+        fewshot,
+        finetune,
+        grid_file=Path(files.pop()) if len(files) == 1 and None not in files else None,
+        run_dirs=tuple(folders),
+        targets=_targets(configs),
+    )
 
 
 def load_study(source: str | os.PathLike, *, overrides: Sequence[str] = ()) -> Study:
