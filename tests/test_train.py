@@ -63,6 +63,14 @@ def test_run_folder_contract(uninterrupted):
     assert state["progress"]["step"] == 12
 
 
+def test_the_console_says_each_logged_step(tmp_path, capsys):
+    train(tiny_config(train={"steps": 4, "log_every": 2, "eval_every": 4}), tmp_path / "run")
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
+    assert [line.split(";")[0] for line in lines] == ["step 2/4", "step 4/4"]
+    assert " loss " in lines[0] and lines[0].endswith(" images/s")
+    assert "; fewshot/synthetic-textures/1shot " in lines[-1] and lines[-1].endswith("%")
+
+
 @pytest.mark.parametrize("interrupt_step", [3, 8])
 def test_resume_after_signal_is_exact(tmp_path, monkeypatch, uninterrupted, interrupt_step):
     """SIGUSR1 at a step between periodic checkpoints: checkpoint there, stop, resume."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,7 +183,7 @@ def plot(
             gid="frontier",
         )
         if fit:
-            _fit(ax, group, metric, colors[value], bootstrap)
+            _fit(ax, group, metric, colors[value], bootstrap, name=value)
     xs = [every[X]] + ([ref[X]] if panel.reference is not None else [])
     log_x(ax, pd.concat(xs))
     ax.set_xlabel(M.axis_label(X))
@@ -190,12 +191,13 @@ def plot(
     ax.set_title(panel.title)
 
 
-def _fit(ax, group: pd.DataFrame, metric: str, color: str, bootstrap: int) -> None:
-    """The law on this group's frontier; skipped when it cannot be fitted (fewer than
-    four distinct frontier points, an accuracy of 100%)."""
+def _fit(ax, group: pd.DataFrame, metric: str, color: str, bootstrap: int, *, name: str) -> None:
+    """The law on this group's frontier; skipped, and said, when it cannot be fitted
+    (fewer than four distinct frontier points, an accuracy of 100%)."""
     try:
         law = scaling.fit_frontier(group, metric=metric, x=X, bootstrap=bootstrap)
-    except ValueError:
+    except ValueError as e:
+        print(f"note: no {FIT_LABEL} drawn for {name} ({M.label(metric)}): {e}", file=sys.stderr)
         return
     scaling.plot_fit(ax, law, color=color, extrapolate=3.0)
 

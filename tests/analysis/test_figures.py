@@ -180,6 +180,15 @@ def test_fig5_from_the_paper():
     assert list(vit_front.get_xdata()) == [55, 196, 783, 1567, 4262]  # B/16 is dominated
 
 
+def test_fig5_says_which_fit_it_could_not_draw(cells, capsys):
+    few = cells[cells["status"] == "done"].groupby("family").head(2)  # 2 points a family
+    fig = fig5.figure([fig5.Panel(few, SHAPES5, "shapes")], fit=True, bootstrap=5)
+    assert not [ln for ln in fig.axes[0].lines if ln.get_gid() == "fit"]
+    notes = capsys.readouterr().err.splitlines()
+    assert len(notes) == few["family"].nunique()
+    assert all(n.startswith(f"note: no {fig5.FIT_LABEL} drawn for ") for n in notes)
+
+
 def test_fig5_from_runs_with_overlay_and_fit(cells):
     done = cells[cells["status"] == "done"]
     panels = [fig5.Panel(cells, SHAPES5, "shapes")]

@@ -114,8 +114,8 @@ def test_the_demos_design_is_said_once_with_what_would_fit(demo, capsys):
     code, out, err = _fit([str(demo)], capsys)
     assert code == 2 and "cannot fit" not in out
     assert _said(err) == [
-        "error: 2 of 2 frontiers have fewer than 4 distinct exaflops values (ResNet: 1, ViT: 1): "
-        "a frontier needs >= 4 compute points: add durations (train.steps) or model sizes to "
+        "error: 2 of 2 frontiers have fewer than 4 points (ResNet: 1, ViT: 1; a cell that a "
+        "cell of less exaflops beats is not on its frontier): a frontier needs >= 4 compute points: add durations (train.steps) or model sizes to "
         "the grid; the learning curves per cell have 3 evaluations: vitscale predict --curves "
         "--at X needs >= 4, vitscale backtest --curves needs >= 8 evenly spaced evaluations "
         "per run: set "

@@ -159,6 +159,7 @@ def test_full_disk_while_the_grid_prepares_run_folders(tmp_path, small_disk):
             "(No space left on device); the cell did not start: free space and run the grid again"
         ) in output
         assert list(cell.iterdir()) == []  # no half-written config, no temporary file
+    assert "3/3 cells (3 failed)" in output  # the bar's end says so, not only "100%"
 
     filler.unlink()
     planned = cli(*command, "--dry-run", "--json")

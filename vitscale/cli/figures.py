@@ -449,8 +449,9 @@ def _usable(curves: list, args: argparse.Namespace, frame, fraction: float | Non
         held = f" before the held-out last {fraction:g} of their log-x range" if fraction else ""
         instead = _curves_instead(args, frame, fraction) if args.runs else None
         message = (
-            f"{len(short)} of {len(curves)} frontiers have fewer than {MIN_DISTINCT} distinct "
-            f"{args.x} values{held} ({counts}): a frontier needs "
+            f"{len(short)} of {len(curves)} frontiers have fewer than {MIN_DISTINCT} points"
+            f"{held} ({counts}; a cell that a cell of less {args.x} beats is not on its "
+            f"frontier): a frontier needs "
             f">= {MIN_DISTINCT} {MORE_POINTS[args.x]} to the grid"
             + (f"; {instead}" if instead else "")
         )

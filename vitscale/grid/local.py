@@ -320,6 +320,7 @@ class _Pool:
         self.steps = {p.cell.id: p.cell.plan.total_steps or 0 for p in todo}
         self.at: dict[str, int] = dict.fromkeys(self.steps, 0)  # steps counted per cell
         self.finished = 0
+        self.failed = 0
         self.bar = tqdm(
             total=sum(self.steps.values()),
             desc=f"0/{len(todo)} cells",
@@ -381,7 +382,7 @@ class _Pool:
                     self.unfinished.discard(item.cell.id)
                     why = rf.describe_failure(e, kept=NOT_STARTED)
                     tqdm.write(f"{_label(item)} failed: {why}")
-                    self._finish(item)
+                    self._finish(item, failed=True)
             return None
 
     def _done(self, worker: _Worker, item: Planned, code: int, reason: str) -> None:
@@ -407,13 +408,18 @@ class _Pool:
                 f"{_label(item)} failed: {reason or 'see its log'}; log: {item.run_dir / LOG}"
             )
         with self.lock:
-            self._finish(item)
+            self._finish(item, failed=code != EXIT_OK)
 
-    def _finish(self, item: Planned) -> None:
-        """A cell ended (done or failed): all its steps counted, one more cell."""
+    def _finish(self, item: Planned, *, failed: bool = False) -> None:
+        """A cell ended (done or failed): all its steps counted, one more cell, and the
+        failures said beside the count (a bar at 100% is not a grid that succeeded)."""
         self._advance(item.cell.id, self.steps[item.cell.id])
         self.finished += 1
-        self.bar.set_description(f"{self.finished}/{len(self.steps)} cells", refresh=False)
+        self.failed += failed
+        failures = f" ({self.failed} failed)" if self.failed else ""
+        self.bar.set_description(
+            f"{self.finished}/{len(self.steps)} cells{failures}", refresh=False
+        )
         self.bar.refresh()
 
     def _advance(self, cell_id: str, step: int) -> None:

@@ -197,6 +197,18 @@ def _log_and_evaluate(run: Run, *, row: dict[str, Any], evaluating: bool) -> Non
         with run.watch("log"):
             run.tracker.log(_axes(run, run.step) | row)
         run.final |= row
+        run.accelerator.print(_progress(run, row), flush=True)
+
+
+def _progress(run: Run, row: dict[str, Any]) -> str:
+    """One line per logged step on the console (and a cell's log.txt): where the run is,
+    its loss and speed, and the first few-shot accuracy when it evaluated."""
+    said = [f"step {run.step:,}/{run.total_steps:,}"]
+    if rf.TRAIN_LOSS in row:
+        said.append(f"loss {row[rf.TRAIN_LOSS]:.4g}, {row[rf.THROUGHPUT]:,.0f} images/s")
+    if fewshot := next((k for k in row if rf.parse_fewshot_key(k)), None):
+        said.append(f"{fewshot} {100 * row[fewshot]:.1f}%")
+    return "; ".join(said)
 
 
 def _training_row(
