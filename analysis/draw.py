@@ -305,10 +305,12 @@ def _fig5_fig3_table6(done, frame, metrics: list[str], o: FigureOptions) -> list
 
     compute = fig5_cells(frame)  # Fig. 5 and Table 6: the largest subset of each set
     t6 = paper.table6_frame()
+    which = _subset_said(frame, compute)
     panels = []
     for m in metrics:
         overlay = o.overlay_paper and M.comparable(m, t6)
-        panels.append(fig5.Panel(compute, m, M.short_label(m), t6 if overlay else None))
+        title = M.label(m).removesuffix(" (%)") + which
+        panels.append(fig5.Panel(compute, m, title, t6 if overlay else None))
     if o.overlay_paper and not any(p.reference is not None for p in panels):
         print(
             "note: the paper's Table 6 is fine-tuned accuracy on ImageNet, CIFAR, Pets and "
@@ -323,8 +325,18 @@ def _fig5_fig3_table6(done, frame, metrics: list[str], o: FigureOptions) -> list
         )
     if done["pretrain_dataset"].nunique() > 1 and metrics:
         written += fig3.write(frame, o.out, metric=metrics[0], agg=o.agg, formats=o.formats)
-    written += tables.write(fig5_cells(done), o.out, metrics=metrics or None, reference=t6)
+    written += tables.write(
+        fig5_cells(done), o.out, metrics=metrics or None, reference=t6, note=which.strip(" ()")
+    )
     return written
+
+
+def _subset_said(frame, compute) -> str:
+    """What part of the cells Fig. 5 and Table 6 read, when it is not all of them."""
+    if "num_examples" not in frame.columns or len(compute) == len(frame):
+        return ""
+    sizes = ", ".join(f"{int(n):,}" for n in sorted(compute["num_examples"].dropna().unique()))
+    return f" (the {len(compute)} of {len(frame)} cells at the largest subset: {sizes} images)"
 
 
 def _curves(done, fewshot: list[str], o: FigureOptions, history: Callable | None) -> list[Path]:

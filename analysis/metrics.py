@@ -120,6 +120,18 @@ def add_average(frame: pd.DataFrame, metrics: Sequence[str]) -> tuple[pd.DataFra
     return out, name
 
 
+def compute_metric(frame: pd.DataFrame, *, shots: int | None = None) -> tuple[pd.DataFrame, str]:
+    """The one metric of the compute views (Fig. 5, Table 6, the summary's compute lines,
+    ``vitscale fit``; docs/protocol.md): fine-tuned accuracy where any cell has it (the
+    paper's Table 6), else the ``shots``-shot linear accuracy (Fig. 4's), the average when
+    there are several. Returns the frame (with the average added) and the column;
+    ValueError when the frame has neither."""
+    found = transfer_metrics(frame, shots=default_shots(frame) if shots is None else shots)
+    if not found:
+        raise ValueError("no transfer metrics (few-shot or fine-tuning) in the results")
+    return add_average(frame, found) if len(found) > 1 else (frame, found[0])
+
+
 def resolve_metric(
     frame: pd.DataFrame, metric: str | None, *, shots: int | None = None
 ) -> tuple[pd.DataFrame, str]:
@@ -131,12 +143,10 @@ def resolve_metric(
 
     shots = default_shots(frame) if shots is None else shots
     if metric is None:
-        found = transfer_metrics(frame, shots=shots)
-        if not found:
-            raise UserError("no transfer metrics (few-shot or fine-tuning) in the results")
-        if len(found) == 1:
-            return frame, found[0]
-        return add_average(frame, found)
+        try:
+            return compute_metric(frame, shots=shots)
+        except ValueError as e:
+            raise UserError(str(e)) from None
     if metric in frame.columns:
         return frame, metric
     try:

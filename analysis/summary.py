@@ -64,6 +64,7 @@ class Summary:
     by_subset: pd.DataFrame  # rows subset: best ViT/ResNet (model, mean, spread, seeds), gap
     frontier: pd.DataFrame  # largest subset: one row per (family, model, steps), on_frontier
     comparison: dict[str, Any]  # frontiers at equal compute: range, segments, crossings
+    compute_metric: str = ""  # the frontiers' column: Fig. 5's (analysis.metrics.compute_metric)
     # settings: what differs between cells of one model, subset and duration besides the
     # seed (analysis.settings), and, with "best", the setting kept for each
     settings: list[str] = dataclasses.field(default_factory=list)
@@ -158,6 +159,7 @@ class Summary:
         change = self.gap_change
         return {
             "metric": self.metric,
+            "compute_metric": self.compute_metric or self.metric,
             "fig4_steps": self.steps,
             "settings": {"differing_keys": self.settings, "best_chosen": self.chosen},
             "subsets": subsets,
@@ -218,7 +220,8 @@ class Summary:
                 for r in front.itertuples()
             )
             out.append(
-                f"{family} compute frontier at {int(group.num_examples.iloc[0]):,} images "
+                f"{family} compute frontier ({M.label(self.compute_metric or self.metric)}) at "
+                f"{int(group.num_examples.iloc[0]):,} images "
                 f"({len(group)} run{'s' if len(group) != 1 else ''}, {len(front)} on the frontier): {points}"
             )
         c = self.comparison
@@ -431,9 +434,12 @@ def summarise(
 
     The metric: ``metric``; else, with ``shots``, the mean over transfer tasks of the best
     ``shots``-shot accuracy; else the grid's first few-shot set
-    (:func:`analysis.metrics.grid_metric`). Cells that differ in more than their seed are
-    kept apart or the best chosen (``settings``, :mod:`analysis.settings`)."""
+    (:func:`analysis.metrics.grid_metric`). The compute frontiers read ``metric`` too when
+    it is given, else Fig. 5's (:func:`analysis.metrics.compute_metric`), so that the
+    summary and the figure name the same winner. Cells that differ in more than their
+    seed are kept apart or the best chosen (``settings``, :mod:`analysis.settings`)."""
     done = frame[frame["status"] == STATUS_DONE]
+    given = metric
     if metric is None and shots is None:
         metric = M.grid_metric(done)
     if metric is None:
@@ -465,7 +471,9 @@ def summarise(
     steps = fig4_steps(cells)
     fig4 = cells[cells.steps == steps]
     by_model = fig4.pivot_table(index="model", columns="num_examples", values="mean")
-    frontier = _frontier(cells)
+    compute, on = (done, metric) if given else M.compute_metric(done, shots=shots)
+    compute = compute[compute[on].notna()]
+    frontier = _frontier(_cells(compute, on) if on != metric else cells)
     return Summary(
         metric=metric,
         steps=steps,
@@ -474,6 +482,7 @@ def summarise(
         by_subset=_by_subset(fig4),
         frontier=frontier,
         comparison=compare_frontiers(frontier),
+        compute_metric=on,
         settings=differing,
         chosen=chosen,
     )

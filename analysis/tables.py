@@ -188,12 +188,16 @@ def write(
     reference: pd.DataFrame | None = None,
     stem: str = "table6",
     caption: str | None = None,
+    note: str = "",
 ) -> list[Path]:
-    """Write ``stem.md`` and ``stem.tex``; returns their paths."""
+    """Write ``stem.md`` and ``stem.tex``; returns their paths. The markdown opens with
+    what its columns measure (and ``note``: which cells it reads)."""
     table = table6(frame, metrics=metrics, reference=reference)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     md, tex = out / f"{stem}.md", out / f"{stem}.tex"
-    md.write_text(to_markdown(table))
+    measured = [M.label(m) for m in (metrics or M.transfer_metrics(frame))]
+    head = f"Accuracy columns: {'; '.join(measured)}" + (f"; {note}" if note else "") + ".\n\n"
+    md.write_text(head + to_markdown(table))
     tex.write_text(to_latex(table, caption=caption))
     return [md, tex]

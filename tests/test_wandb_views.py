@@ -355,7 +355,9 @@ def test_report_from_the_finished_grid(grid, logged, assets, tmp_path, capsys):
     # Table 6 and the verdict are the ones `vitscale figures` and `vitscale summary` give.
     blocks = spec["spec"]["blocks"]
     markdown = [b["content"] for b in blocks if b.get("type") == "markdown-block"]
-    assert markdown == [_table6(runs)]
+    (table,) = markdown
+    assert table.split("\n\n", 1)[1] == _table6(runs)
+    assert table.startswith(f"Accuracy columns: {FINETUNE} accuracy, fine-tuned (%)")
     cells, _ = load_runs(runs)
     assert manifest[VERDICT_KEY] == summary.summarise(cells, shots=2).lines()
     text = json.dumps(blocks)
@@ -452,7 +454,8 @@ def test_figures_from_wandb_runs_equal_figures_from_run_folders(grid, tmp_path):
     options = FigureOptions(out=tmp_path, shots=2, curves=True, formats=("png",))
     written = draw_figures(theirs, options, history=lambda done: history)
     assert {p.name for p in written} >= {"fig5_compute.png", "table6.md"}
-    assert (tmp_path / "table6.md").read_text() == _table6(runs)
+    head, table = (tmp_path / "table6.md").read_text().split("\n\n", 1)
+    assert table == _table6(runs) and head.startswith("Accuracy columns: ")
 
 
 # --------------------------------------------------------------------------- sync

@@ -142,7 +142,10 @@ def test_fit_errors(runs):
         _run("fit", [])
     with pytest.raises(UserError, match="no such column"):
         _run("fit", [str(runs), "--metric", "nope"])
-    with pytest.raises(UserError, match=r"\(all: 1\): a frontier needs >= 4 data-size points"):
+    with pytest.raises(
+        UserError,
+        match=r"\(all: 1; a cell that .* not on its frontier\): a frontier needs >= 4 data-size",
+    ):
         _run("fit", ["--paper", "--x", "examples", "--by", "none"])  # Table 6: one data size
 
 

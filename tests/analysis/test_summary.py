@@ -330,3 +330,30 @@ def test_a_key_one_config_predates_is_no_setting():
     )
     assert differing_keys(configs, points) == []
     assert differing_keys(configs.assign(**{"optim.lr": [1, 2, 2]}), points) == ["optim.lr"]
+
+
+def test_the_compute_lines_read_fig5s_metric_and_name_it():
+    """Few-shot and fine-tuned accuracy may name opposite winners at equal compute: the
+    summary's compute lines read the metric Fig. 5 and Table 6 draw (fine-tuned, where
+    cells have it) and say so, while its data section keeps Fig. 4's few-shot metric."""
+    from analysis.draw import compute_metrics
+    from vitscale.record import finetune_key
+
+    tuned = finetune_key("synthetic-glyphs")
+    durations = (100, 200, 300, 400)
+    frame = _frame(
+        {("ViT-Pico/4", 1000, s): 50 + s / 10 for s in durations}
+        | {("BiT-R11x0.5", 1000, s): 40 + s / 10 for s in durations}
+    )
+    frame[tuned] = np.where(frame["family"] == "ResNet", frame[A] + 30, frame[A])
+    s = summarise(frame)
+    assert s.compute_metric == tuned != s.metric
+    assert compute_metrics(frame[frame["status"] == "done"], metric=None, shots=5)[1] == [tuned]
+    assert {seg["leader"] for seg in s.comparison["segments"]} == {"ResNet"}
+    frontiers = [line for line in s.lines() if "compute frontier" in line]
+    assert len(frontiers) == 2
+    assert all("(synthetic-glyphs accuracy, fine-tuned (%))" in line for line in frontiers)
+    assert s.to_dict()["compute_metric"] == tuned
+    fewshot = summarise(frame, metric=A)  # a metric given: both sections read it
+    assert fewshot.compute_metric == A
+    assert "ResNet" not in {seg["leader"] for seg in fewshot.comparison["segments"]}
