@@ -456,3 +456,18 @@ def test_the_preemption_window_holds_the_largest_cells_checkpoint(tmp_path, caps
         _write(tmp_path, _tiny_grid()), capsys, "--executor", "slurm", "--profile", str(tiny), *runs
     )
     assert "profile 'tiny': signal_delay_s=10 is less than the 15 s cell" in err
+
+
+def test_the_dry_run_shows_what_each_cell_asks_slurm_for(tmp_path, capsys):
+    """With a profile: nodes x GPUs per node and time per cell, and a line saying when a
+    cell asks for the profile's whole node and time limit because the grid sets none."""
+    whole = _write(tmp_path, _tiny_grid())
+    assert main(["grid", str(whole), "--dry-run", "--profile", "h100x8"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("1x8 GPU 48:00h*") == 2 and "\nrequest: nodes x GPUs per node" in out
+    sized = _write(tmp_path, _tiny_grid(resources={"ViT": {"gpus": 2, "time": "02:30:00"}}))
+    assert main(["grid", str(sized), "--dry-run", "--profile", "h100x8", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["cells"]
+    assert [r["request"] for r in rows] == [
+        {"nodes": 1, "gpus_per_node": 2, "time_min": 150, "from": "grid"}
+    ] * 2

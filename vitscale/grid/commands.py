@@ -14,7 +14,7 @@ from .actions import decide, headline, retry_hint
 from .calibration import ASSUMED, BASES, ESTIMATED, FAMILY, MEASURED
 from .cost import CellCost, cell_cost
 from .placement import Placement, apply_placements, place_grid
-from .profile import Profile, load_profile
+from .profile import Profile, SlurmError, load_profile, shape_for
 from .spec import Grid, GridError, load_grid
 from .status import collect, format_table
 
@@ -67,6 +67,10 @@ def print_dry_run(
         **_spent(costs, grid),
     }
     rows = [_row(c, actions[c.cell.id], fits.get(c.cell.id)) for c in costs]
+    if profile:
+        rows = [
+            r | {"request": _request(grid, c, profile)} for r, c in zip(rows, costs, strict=True)
+        ]
     if as_json:
         print(json.dumps({"grid": grid.name, "cells": rows, "total": total}, indent=2, default=str))
         return _refuse(problems)
@@ -103,6 +107,13 @@ def print_dry_run(
     )
     if warning := _estimated_warning(costs, est):
         print(warning)
+    if profile and any(r["request"] and r["request"]["from"] != "grid" for r in rows):
+        print(
+            "request: nodes x GPUs per node and time per job; *: the cell's block sets no "
+            "resources:, so it asks for a whole node for the profile's time limit (a memory "
+            "and time estimate does not size it yet): set resources: {gpus: N, time: "
+            "'HH:MM:SS'} in the grid to ask for less"
+        )
     if profile:
         longest = max(costs, key=lambda c: c.slices or 0)
         print(
@@ -187,6 +198,7 @@ _COLUMNS = (
     ("basis", "<8", lambda r: r["gpu_hours_basis"]),
 )
 _CLUSTER_COLUMNS = (
+    ("request", ">16", lambda r: _asked(r["request"])),
     ("node-h", ">8", lambda r: _fmt(r["node_hours"], ",.1f")),
     ("slices", ">6", lambda r: _fmt(r["slices"])),
 )
@@ -277,6 +289,27 @@ def _refuse(problems: list[str]) -> int:
     for p in problems:
         print(f"error: {p}", file=sys.stderr)
     return 2 if problems else 0
+
+
+def _request(grid: Grid, cost: CellCost, profile: Profile) -> dict | None:
+    """What the cell's job asks SLURM for (:func:`vitscale.grid.profile.shape_for`), and
+    whether its resources were the grid's or the profile's whole node and time limit."""
+    resources = grid.resources_for(cost.cell)
+    try:
+        shape = shape_for(resources, profile)
+    except SlurmError:  # said with the grid's problems
+        return None
+    given = "grid" if resources else "profile: no resources in the grid"
+    return {"nodes": shape.nodes, "gpus_per_node": shape.gpus_per_node,
+            "time_min": shape.time_min, "from": given}  # fmt: skip
+
+
+def _asked(request: dict | None) -> str:
+    if request is None:
+        return "-"
+    hours, minutes = divmod(request["time_min"], 60)
+    gpus = f"{request['nodes']}x{request['gpus_per_node']} GPU"
+    return f"{gpus} {hours}:{minutes:02d}h" + ("*" if request["from"] != "grid" else " ")
 
 
 def _nodes(grid: Grid, cost: CellCost) -> int:
