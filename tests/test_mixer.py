@@ -115,7 +115,9 @@ def test_a_mixer_cell_runs_in_the_demo_world_and_gets_its_own_colour(tmp_path, c
     assert main(["status", str(runs / "mix")]) == 0
     assert "Mixer-Femto/8" in capsys.readouterr().out
     assert main(["summary", str(runs / "mix")]) == 0
-    assert "Mixer compute frontier at 512 images" in capsys.readouterr().out
+    assert "Mixer compute frontier (synthetic-glyphs 2-shot accuracy (%)) at 512 images" in (
+        capsys.readouterr().out
+    )
     assert main(["figures", str(runs / "mix"), "--out", str(tmp_path / "fig")]) == 0
     assert list((tmp_path / "fig").glob("fig4*.png"))
     colours = {f: style.family_color(f) for f in FAMILIES}

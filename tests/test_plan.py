@@ -114,3 +114,33 @@ def test_the_config_alone_is_checked_first():
     """Problems of the config stop the plan before the checks that need valid values."""
     problems = _problems(tiny_config(train={"batch_size": 0}), num_processes=3)
     assert problems == ["train.batch_size must be positive, got 0"]
+
+
+def test_an_own_sets_content_is_part_of_its_cells_identity(tmp_path):
+    """A changed folder set (a file added or removed, pre-training or transfer) makes new
+    cells instead of passing for the old ones; the same files again, or new file times,
+    keep them; the embedded worlds' ids are the pinned ones (tests/test_config.py)."""
+    import os
+
+    from .helpers.datasets import write_image_tree, write_jpeg
+
+    mine = write_image_tree(tmp_path / "mine", ["ant", "bee"], {"train": 8, "test": 4})
+    transfer = write_image_tree(tmp_path / "transfer", ["cow", "dog"], {"train": 6, "test": 4})
+    config = tiny_config(
+        data={"dataset": f"imagefolder:{mine}", "subset": None},
+        eval={"fewshot": {"datasets": [f"imagefolder:{transfer}"], "shots": [1]}},
+    )
+    first = plan(config).cell_id
+    assert first != cell_id(plan(config).config)  # the content is hashed beside the config
+    os.utime(mine / "train" / "ant" / "0000.jpg", (0, 0))
+    assert plan(config).cell_id == first  # times are not content
+    extra = mine / "train" / "ant" / "extra.jpg"
+    write_jpeg(extra, 99)
+    grown = plan(config).cell_id
+    assert grown != first
+    extra.unlink()
+    assert plan(config).cell_id == first
+    write_jpeg(transfer / "test" / "cow" / "extra.jpg", 98)
+    assert plan(config).cell_id not in (first, grown)
+    synthetic = tiny_config()
+    assert plan(synthetic).cell_id == cell_id(plan(synthetic).config)

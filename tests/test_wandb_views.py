@@ -379,7 +379,7 @@ def test_the_views_read_where_the_cells_log_and_the_grid_file_they_ran_from(grid
     out = json.loads(capsys.readouterr().out)
     assert out["assets"]["grid_file"] == str(path.resolve())
     assert main(["wandb", "dashboard", str(runs), "--dry-run"]) == 2  # the grid names no entity
-    assert "--entity: give it: the grid's cells set wandb.entity to none" in capsys.readouterr().err
+    assert "--entity: give it: the grid's cells set no wandb.entity" in capsys.readouterr().err
     assert main(["wandb", "dashboard", str(path), "-e", "me", "-p", "mine", "--dry-run"]) == 0
     captured = capsys.readouterr()
     assert "in me/mine:" in captured.out

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from .config import Config, ConfigError, cell_id, to_steps, validate
 from .config.recipes import RECIPES, choose
 from .config.rules import launch_problems, length_checks, subset_checks
-from .data import check_available, known_size
+from .data import check_available, fingerprint, known_size
 
 Launch = int | Callable[[Config], int | None] | None
 
@@ -85,7 +85,8 @@ def plan(
     if problems:
         problems = _name_recipe(list(dict.fromkeys(problems)), cfg, from_recipe)
         raise ConfigError(problems, source)
-    return Plan(cfg, cell_id(cfg), num_examples, total_steps, notes, processes, source, from_recipe)
+    cid = cell_id(cfg, data=_fingerprints(cfg))
+    return Plan(cfg, cid, num_examples, total_steps, notes, processes, source, from_recipe)
 
 
 def _recipe_source(cfg: Config) -> str:
@@ -154,14 +155,27 @@ def _length(
     return total_steps, problems, tuple(notes)
 
 
+def _datasets(cfg: Config) -> list[tuple[str, str]]:
+    """``(key, name)`` of every dataset the run reads: pre-training, few-shot, fine-tuning."""
+    e = cfg.eval
+    return [
+        ("data", cfg.data.dataset),
+        *(("eval.fewshot", name) for name in e.fewshot.datasets),
+        *(("eval.finetune", name) for name in e.finetune.datasets),
+    ]
+
+
+def _fingerprints(cfg: Config) -> dict[str, str]:
+    """The content of each own dataset the cell reads, part of its id."""
+    found = {name: fingerprint(name) for _, name in _datasets(cfg)}
+    return {name: digest for name, digest in found.items() if digest is not None}
+
+
 def _data_problems(cfg: Config) -> list[str]:
     """Every dataset the run reads, there (no image opened: cheap for every cell)."""
-    d, e = cfg.data, cfg.eval
-    datasets = [("data", d.dataset)]
-    datasets += [("eval.fewshot", name) for name in e.fewshot.datasets]
-    datasets += [("eval.finetune", name) for name in e.finetune.datasets]
+    d = cfg.data
     return [
         f"{key}: {message}"
-        for key, name in datasets
+        for key, name in _datasets(cfg)
         for message in check_available(name, root=d.root, download=d.download)
     ]

@@ -31,11 +31,12 @@ DERIVED_KEYS = (
 )
 
 
-def cell_id(config: Config | dict, *, length: int = 10) -> str:
+def cell_id(config: Config | dict, *, data: dict[str, str] | None = None, length: int = 10) -> str:
     """Short stable hash of everything that determines a run's results.
 
     Key order does not matter (canonical JSON); operational keys (OPERATIONAL_KEYS) are
-    left out.
+    left out. ``data``: the fingerprints of the own datasets the cell reads
+    (:func:`vitscale.data.fingerprint`), hashed with the config when there are any.
     """
     d = config.to_dict() if isinstance(config, Config) else copy.deepcopy(config)
     dataset = get_key(d, "data.dataset")
@@ -50,5 +51,7 @@ def cell_id(config: Config | dict, *, length: int = 10) -> str:
     for key in HASHED_UNLESS_DEFAULT:
         if get_key(d, key) in (None, get_key(defaults, key)):
             pop_key(d, key)
+    if data:
+        d["data_content"] = dict(sorted(data.items()))
     blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:length]

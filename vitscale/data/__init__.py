@@ -18,6 +18,7 @@ _EXPORTS = {
     "rank0_downloads_first": "build",
     "known_size": "available",
     "check_available": "available",
+    "fingerprint": "available",
     "build_loader": "stream",
     "dataset_names": "registry",
     "DatasetNotFoundError": "registry",

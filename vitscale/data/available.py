@@ -5,8 +5,10 @@ with these, so ``vitscale grid`` on the synthetic sets never imports torch itsel
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
+from ..kinds import kind_of
 from .embedded import EMBEDDED
 from .registry import SOURCES, DatasetNotFoundError, default_root, parse_name
 from .subsets import SubsetSpec, subset_size
@@ -83,3 +85,41 @@ def _check_shards(name: str, subset: SubsetSpec) -> list[str]:
     except ValueError as e:
         return [str(e)]
     return []
+
+
+# (name, its split and class folders' times): a set is walked once while no file is added
+# or removed (which changes its class folder's time)
+_FINGERPRINTS: dict[tuple, str] = {}
+
+
+def fingerprint(name: str) -> str | None:
+    """What a cell's id holds of an own dataset's content, so that a changed set makes new
+    cells instead of passing for the old one: a sharded set's ``index.json`` (its SHA-256),
+    a folder set's every file path with its size (and ``labels.tsv``), hashed; ``None`` for
+    the embedded worlds (versioned by their code), the public sets (fixed releases) and a
+    set that is not there (its run fails, saying so). File times are left out: a copy keeps
+    its cells."""
+    kind = kind_of(name)
+    if kind.folder is None:
+        return None
+    try:
+        source, path = parse_name(name)
+    except ValueError:
+        return None
+    if source == "shards":
+        from .shards.index import load_index, parse_location
+
+        try:
+            return load_index(name, parse_location(name)[0]).sha256[:16]
+        except ValueError:
+            return None
+    if path is None or not path.is_dir():
+        return None
+    tops = [p for p in sorted(path.iterdir()) if p.is_dir()]  # train/, test/: their classes
+    key = (name, *(d.stat().st_mtime_ns for t in tops for d in (t, *sorted(t.iterdir()))))
+    if key not in _FINGERPRINTS:
+        digest = hashlib.sha256()
+        for file in sorted(p for p in path.rglob("*") if p.is_file()):
+            digest.update(f"{file.relative_to(path).as_posix()}\t{file.stat().st_size}\n".encode())
+        _FINGERPRINTS[key] = digest.hexdigest()[:16]
+    return _FINGERPRINTS[key]

@@ -58,10 +58,11 @@ class Study:
         ):
             key, found = f"wandb.{flag[2:]}", ", ".join(sorted(map(str, logged))) or "none"
             if given is None and (len(logged) != 1 or None in logged):
-                many = "several values" if len(logged) > 1 else "none"
+                said = (
+                    f"set {key} to several values ({found})" if len(logged) > 1 else f"set no {key}"
+                )
                 raise StudyError(
-                    f"{flag}: give it: the grid's cells set {key} to {many} ({found}); or "
-                    f"set {key} in the grid's base and run it"
+                    f"{flag}: give it: the grid's cells {said}; or set {key} in the grid's base"
                 )
             if given is not None and logged - {None} and logged != {given}:  # None: W&B's own
                 print(
