@@ -40,7 +40,11 @@ def test_a_folder_is_sized_once_read_by_the_same_checks():
     p = plan(
         tiny_config(data={"dataset": FOLDER, "subset": 0.5}, train={"steps": None, "epochs": 2})
     )
-    assert (p.num_examples, p.total_steps, p.notes) == (None, None, ())
+    assert (p.num_examples, p.total_steps) == (None, None)
+    assert p.notes == (
+        f"{FOLDER} cannot be read here: the ids of its cells leave its content out, so they "
+        "may not match cells run where it can",
+    )
     read = p.with_num_examples(100)
     assert (read.num_examples, read.total_steps) == (100, 13)  # 200 / 16, rounded up
     assert read.config is p.config and read.cell_id == p.cell_id
@@ -144,3 +148,20 @@ def test_an_own_sets_content_is_part_of_its_cells_identity(tmp_path):
     assert plan(config).cell_id not in (first, grown)
     synthetic = tiny_config()
     assert plan(synthetic).cell_id == cell_id(plan(synthetic).config)
+    # A run folder's config.json records the content its cell was planned with: a resume
+    # keeps its id whatever the set holds now.
+    planned = plan(config)
+    written = planned.config.to_dict() | {"cell_id": planned.cell_id}
+    written["data_content"] = planned.data_content
+    (mine / "train" / "bee" / "0001.jpg").unlink()
+    assert plan(written).cell_id == planned.cell_id != plan(config).cell_id
+    # A link that points nowhere is content (the walk does not fail on it).
+    (mine / "train" / "bee" / "gone.jpg").symlink_to(tmp_path / "nowhere.jpg")
+    assert plan(config).cell_id not in (planned.cell_id, first)
+
+
+def test_an_own_set_that_cannot_be_read_here_is_said(tmp_path):
+    config = tiny_config(data={"dataset": f"imagefolder:{tmp_path / 'elsewhere'}", "subset": None})
+    p = plan(config)
+    assert p.cell_id == cell_id(p.config) and p.data_content == {}
+    assert any("cannot be read here" in note for note in p.notes)

@@ -194,6 +194,12 @@ BAD = {
         [],
         ["resources.ViT: must be a section (mapping), got 4"],
     ),
+    "a resources entry named by a number": (
+        "grid",
+        _grid(resources={1: {"gpus": 1}}),
+        [],
+        ["resources: keys must be strings, got 1"],
+    ),
     "a block that is no mapping": (
         "grid",
         _grid({"name": "a"}, "vit"),

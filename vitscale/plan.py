@@ -19,6 +19,7 @@ from .config import Config, ConfigError, cell_id, to_steps, validate
 from .config.recipes import RECIPES, choose
 from .config.rules import launch_problems, length_checks, subset_checks
 from .data import check_available, fingerprint, known_size
+from .kinds import kind_of
 
 Launch = int | Callable[[Config], int | None] | None
 
@@ -35,6 +36,7 @@ class Plan:
     num_processes: int | None  # the launch checked; None: not known yet
     source: str | None = None  # the file the config came from: messages name it
     from_recipe: dict = dataclasses.field(default_factory=dict)  # values its recipe filled
+    data_content: dict = dataclasses.field(default_factory=dict)  # hashed into cell_id
 
     @property
     def recipe_note(self) -> str | None:
@@ -73,6 +75,7 @@ def plan(
     there. ``extra_checks``: the caller's own checks of the resolved config (the grid's:
     a cell's resources on the cluster profile), reported with the rest.
     """
+    recorded = config.get("data_content") if isinstance(config, dict) else None
     cfg, problems, from_recipe = validate(config, overrides=overrides)
     if problems:  # the rest needs valid values
         raise ConfigError(_name_recipe(problems, cfg, from_recipe), source)
@@ -85,8 +88,14 @@ def plan(
     if problems:
         problems = _name_recipe(list(dict.fromkeys(problems)), cfg, from_recipe)
         raise ConfigError(problems, source)
-    cid = cell_id(cfg, data=_fingerprints(cfg))
-    return Plan(cfg, cid, num_examples, total_steps, notes, processes, source, from_recipe)
+    content, unread = (recorded, []) if recorded is not None else _fingerprints(cfg)
+    notes += tuple(
+        f"{name} cannot be read here: the ids of its cells leave its content out, so they "
+        "may not match cells run where it can"
+        for name in unread
+    )
+    cid = cell_id(cfg, data=content)
+    return Plan(cfg, cid, num_examples, total_steps, notes, processes, source, from_recipe, content)
 
 
 def _recipe_source(cfg: Config) -> str:
@@ -165,10 +174,19 @@ def _datasets(cfg: Config) -> list[tuple[str, str]]:
     ]
 
 
-def _fingerprints(cfg: Config) -> dict[str, str]:
-    """The content of each own dataset the cell reads, part of its id."""
-    found = {name: fingerprint(name) for _, name in _datasets(cfg)}
-    return {name: digest for name, digest in found.items() if digest is not None}
+def _fingerprints(cfg: Config) -> tuple[dict[str, str], list[str]]:
+    """``(content, unread)``: the fingerprint of each own dataset the cell reads (part of
+    its id), and the own datasets that cannot be read here. A run folder's config.json
+    records the content its cell was planned with (``data_content``), and a plan of it
+    reuses that: a cell keeps its id on resume wherever it runs."""
+    content, unread = {}, []
+    for _, name in _datasets(cfg):
+        digest = fingerprint(name)
+        if digest is not None:
+            content[name] = digest
+        elif kind_of(name).folder is not None:
+            unread.append(name)
+    return content, unread
 
 
 def _data_problems(cfg: Config) -> list[str]:

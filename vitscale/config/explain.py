@@ -41,6 +41,10 @@ def validate(model: type[BaseModel], data: dict) -> tuple[dict, list[Rejected]]:
 
 
 def _explain(error: dict, model: type[BaseModel], data: dict) -> Rejected:
+    if "[key]" in error["loc"]:  # a mapping's key that is no string (YAML's 1:, true:)
+        path = tuple(error["loc"][: error["loc"].index("[key]")])
+        where = ".".join(map(str, path[:-1]))
+        return Rejected(path, (), f"{where}: keys must be strings, got {path[-1]!r}")
     owner, hint, field, path, place = _walk(model, error["loc"])
     key, value, bare = ".".join(map(str, path[len(place) :])), _value(data, path), _bare(hint)
     if error["type"] == "extra_forbidden":
@@ -181,6 +185,6 @@ def _type_name(hint: Any) -> str:
     if origin is dict or _is_section(hint):
         return "a mapping"
     if not args:
-        return _TYPE_WORDS[hint]
+        return _TYPE_WORDS.get(hint, "a value")
     words = " or ".join(_type_name(a) for a in args if a is not type(None))
     return words + (" or null" if type(None) in args else "")

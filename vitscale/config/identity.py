@@ -24,6 +24,7 @@ HASHED_UNLESS_DEFAULT = marked(UNLESS_DEFAULT)
 # (``vitscale train runs/g/id/config.json``) drops them before validation.
 DERIVED_KEYS = (
     "cell_id",
+    "data_content",  # the own datasets' fingerprints the id holds (vitscale.plan)
     "data.num_examples",
     "data.num_classes",
     "data.selection",

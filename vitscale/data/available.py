@@ -6,11 +6,12 @@ with these, so ``vitscale grid`` on the synthetic sets never imports torch itsel
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 from ..kinds import kind_of
 from .embedded import EMBEDDED
-from .registry import SOURCES, DatasetNotFoundError, default_root, parse_name
+from .registry import LABEL_FILE, SOURCES, DatasetNotFoundError, default_root, parse_name
 from .subsets import SubsetSpec, subset_size
 
 
@@ -95,31 +96,41 @@ _FINGERPRINTS: dict[tuple, str] = {}
 def fingerprint(name: str) -> str | None:
     """What a cell's id holds of an own dataset's content, so that a changed set makes new
     cells instead of passing for the old one: a sharded set's ``index.json`` (its SHA-256),
-    a folder set's every file path with its size (and ``labels.tsv``), hashed; ``None`` for
-    the embedded worlds (versioned by their code), the public sets (fixed releases) and a
-    set that is not there (its run fails, saying so). File times are left out: a copy keeps
-    its cells."""
-    kind = kind_of(name)
-    if kind.folder is None:
+    a folder set's every file path with its size (``labels.tsv`` by its content), hashed;
+    ``None`` for the embedded worlds (versioned by their code), the public sets (fixed
+    releases) and a set that cannot be read here (:func:`vitscale.plan.plan` says so).
+    File times are left out: a copy keeps its cells."""
+    if kind_of(name).folder is None:
         return None
     try:
         source, path = parse_name(name)
-    except ValueError:
-        return None
-    if source == "shards":
-        from .shards.index import load_index, parse_location
+        if source == "shards":
+            from .shards.index import load_index, parse_location
 
-        try:
             return load_index(name, parse_location(name)[0]).sha256[:16]
-        except ValueError:
-            return None
-    if path is None or not path.is_dir():
+        tops = [p for p in sorted(path.iterdir()) if p.is_dir()]  # train/, test/: classes
+        key = (name, *(d.lstat().st_mtime_ns for t in tops for d in (t, *sorted(t.iterdir()))))
+        if key not in _FINGERPRINTS:
+            _FINGERPRINTS[key] = _walk(path)
+        return _FINGERPRINTS[key]
+    except (OSError, ValueError):  # not there, not readable, a file gone mid-walk
         return None
-    tops = [p for p in sorted(path.iterdir()) if p.is_dir()]  # train/, test/: their classes
-    key = (name, *(d.stat().st_mtime_ns for t in tops for d in (t, *sorted(t.iterdir()))))
-    if key not in _FINGERPRINTS:
-        digest = hashlib.sha256()
-        for file in sorted(p for p in path.rglob("*") if p.is_file()):
-            digest.update(f"{file.relative_to(path).as_posix()}\t{file.stat().st_size}\n".encode())
-        _FINGERPRINTS[key] = digest.hexdigest()[:16]
-    return _FINGERPRINTS[key]
+
+
+def _walk(root: Path) -> str:
+    """Every file under ``root`` (symlinked folders followed) by path and size."""
+    digest = hashlib.sha256()
+    for folder, dirs, files in os.walk(root, followlinks=True, onerror=_raise):
+        dirs.sort()
+        for file in sorted(files):
+            path = Path(folder, file)
+            if not path.exists():  # a broken link (or a file gone): there, and unreadable
+                said: object = "missing"
+            else:
+                said = path.read_bytes() if file == LABEL_FILE else path.stat().st_size
+            digest.update(f"{path.relative_to(root).as_posix()}\t{said}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def _raise(error: OSError) -> None:
+    raise error

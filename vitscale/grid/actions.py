@@ -149,6 +149,8 @@ def prepare(planned: Planned) -> list[str]:
         result.rename(run_dir / FAILED_RESULT.format(n=failed_attempts(run_dir) + 1))
     config = run_dir / rf.CONFIG
     wanted = planned.cell.config.to_dict() | {"cell_id": planned.cell.id}
+    if planned.cell.plan.data_content:
+        wanted["data_content"] = planned.cell.plan.data_content
     if not config.is_file():
         rf.write_json_atomic(config, wanted)
         return []

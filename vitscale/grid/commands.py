@@ -109,10 +109,10 @@ def print_dry_run(
         print(warning)
     if profile and any(r["request"] and r["request"]["from"] != "grid" for r in rows):
         print(
-            "request: nodes x GPUs per node and time per job; *: the cell's block sets no "
-            "resources:, so it asks for a whole node for the profile's time limit (a memory "
-            "and time estimate does not size it yet): set resources: {gpus: N, time: "
-            "'HH:MM:SS'} in the grid to ask for less"
+            "request: nodes x GPUs per node and time per job; *: the grid's resources give "
+            "the cell no gpus or no time, so it asks for every GPU of its nodes or the "
+            "profile's time limit (a memory and time estimate does not size it yet): set "
+            "resources: {gpus: N, time: 'HH:MM:SS'} in the grid to ask for less"
         )
     if profile:
         longest = max(costs, key=lambda c: c.slices or 0)
@@ -299,7 +299,7 @@ def _request(grid: Grid, cost: CellCost, profile: Profile) -> dict | None:
         shape = shape_for(resources, profile)
     except SlurmError:  # said with the grid's problems
         return None
-    given = "grid" if resources else "profile: no resources in the grid"
+    given = "grid" if {"gpus", "time"} <= set(resources) else "profile"  # a whole node, its limit
     return {"nodes": shape.nodes, "gpus_per_node": shape.gpus_per_node,
             "time_min": shape.time_min, "from": given}  # fmt: skip
 

@@ -506,6 +506,8 @@ def _record_config(planned: Plan, run_dir: Path, train_set, accelerator) -> dict
     """config.json: the resolved config and what the data added."""
     resolved = planned.config.to_dict()
     resolved["cell_id"] = planned.cell_id
+    if planned.data_content:
+        resolved["data_content"] = planned.data_content
     resolved["data"]["num_examples"] = len(train_set)
     resolved["data"]["num_classes"] = train_set.num_classes
     if train_set.selection:  # a sharded subset: exactly which examples
