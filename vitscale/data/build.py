@@ -214,8 +214,8 @@ def describe_dataset(
     source, path = parse_name(name)
     kw = dict(root=root, image_size=32, augment=False, download=False, holdout=holdout)
     train = _base(name, "train", **kw)
-    sizes = {s: len(_base(name, s, val_fraction=val_fraction, **kw)) for s in SPLITS[1:]}
     if source in EMBEDDED:
+        sizes = {s: len(_base(name, s, **kw)) for s in SPLITS[1:]}
         test, val = "its own test stream", "its own val stream (minitrain is all of train)"
     else:
         from .sources.load import test_dir
@@ -231,6 +231,9 @@ def describe_dataset(
         )
         share = SOURCES[source].val_fraction if val_fraction is None else val_fraction
         val = f"held out of train: eval.finetune.val_fraction {share:g} (fine-tuning's lr choice)"
+        minitrain, held = holdout_split(len(train), share)  # as _base slices train, unread
+        test_size = len(_base(name, "test", **kw))
+        sizes = {"minitrain": len(minitrain), "val": len(held), "test": test_size}
     return dict(
         name=name,
         num_classes=train.num_classes,

@@ -46,6 +46,7 @@ def print_dry_run(
     problems = grid.problems_on(profile) if profile else []  # what submission would refuse
     problems += [p for f in fits.values() for p in f.problems]
     todo = [c for c in costs if actions[c.cell.id] == "submit"]
+    targets = _wandb(grid)
     total = {
         "cells": len(costs),
         "to_run": len(todo),
@@ -63,7 +64,7 @@ def print_dry_run(
         "gpu_type": est.gpu_type,
         "gpu_hours_basis": {b: sum(c.basis == b for c in costs) for b in BASES},
         "problems": problems,
-        "wandb": [dict(zip(("mode", "entity", "project"), t, strict=True)) for t in _wandb(grid)],
+        "wandb": [dict(zip(("mode", "entity", "project"), t, strict=True)) for t in targets],
         **_spent(costs, grid),
     }
     rows = [_row(c, actions[c.cell.id], fits.get(c.cell.id)) for c in costs]
@@ -92,7 +93,13 @@ def print_dry_run(
         f"{total['to_run']} cells to run ({total['gpu_hours_to_run']:,.1f} GPU-hours), "
         f"{total['done']} done"
     )
-    for mode, entity, project in _wandb(grid):
+    _legend(grid, planned, rows, costs, total, est, profile, fits, runs_root, targets)
+    return _refuse(problems)
+
+
+def _legend(grid, planned, rows, costs, total, est, profile, fits, runs_root, targets) -> None:
+    """What the dry-run's table and totals mean, and where the cells log: printed below them."""
+    for mode, entity, project in targets:
         print(
             f"W&B: group {grid.name!r} in {entity or '(your default entity)'}/{project}, mode "
             f"{mode} (wandb.entity, wandb.project, wandb.mode: set them in the grid's base)"
@@ -132,7 +139,6 @@ def print_dry_run(
             f"({'usable ' + format(_usable_gib(profile), '.1f') + ' GiB per GPU' if profile.gpu_mem_gb else 'no gpu_mem_gb in the profile: nothing checked'}); "
             "micro: pre-training micro-batch / per-GPU batch (fine-tuning's after the comma)"
         )
-    return _refuse(problems)
 
 
 def _wandb(grid: Grid) -> list[tuple[str, str | None, str]]:
