@@ -12,7 +12,7 @@ import pytest
 from vitscale import record as rf
 from vitscale.train import Preempted, checkpoint, train
 
-from .helpers.configs import tiny_config
+from .helpers.configs import AWAY, tiny_config
 from .helpers.runs import assert_same_run, signal_at
 
 # Cooldown 4 steps: the 16-step trunk's starts at 12, the 10-step cell's at 6 (not a
@@ -158,9 +158,12 @@ def test_the_fig5_grid_with_wsd_says_what_its_trunks_save(capsys):
     from vitscale.cli import main
 
     experiments = Path(__file__).resolve().parents[1] / "experiments"
-    assert main(["grid", str(experiments / "fig5_compute.yaml"), "--dry-run", "--json"]) == 0
+    assert main(["grid", str(experiments / "fig5_compute.yaml"), "--dry-run", "--json", *AWAY]) == 0
     paper = json.loads(capsys.readouterr().out)
-    assert main(["grid", str(experiments / "fig5_compute_wsd.yaml"), "--dry-run", "--json"]) == 0
+    assert (
+        main(["grid", str(experiments / "fig5_compute_wsd.yaml"), "--dry-run", "--json", *AWAY])
+        == 0
+    )
     wsd = json.loads(capsys.readouterr().out)
     total = wsd["total"]
     assert len(wsd["cells"]) == len(paper["cells"]) == 18

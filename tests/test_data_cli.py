@@ -35,7 +35,7 @@ def test_data_list_names_an_own_sets_classes_splits_and_held_out_parts(tmp_path,
     assert main(["data", "list", f"imagefolder:{mine}"]) == 0
     captured = capsys.readouterr()
     assert captured.out.splitlines()[1:] == [
-        "    3 classes (single-label): ant, bee, cow",
+        "    3 classes (single-label; the smallest has 8 train examples): ant, bee, cow",
         "    train: 24 examples (minitrain 22 + val 2)",
         "    val: 2 examples, held out of train: eval.finetune.val_fraction 0.1 (fine-tuning's "
         "lr choice)",

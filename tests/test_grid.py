@@ -19,7 +19,7 @@ from vitscale.grid.actions import Planned, decide, prepare, retry_hint
 from vitscale.grid.cellrun import cell_lock, run_cell
 from vitscale.grid.spec import load_grid
 
-from .helpers.configs import tiny_config
+from .helpers.configs import AWAY, tiny_config
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
@@ -188,7 +188,7 @@ def test_data_and_resources_are_checked_before_anything_runs(tmp_path, capsys):
 
 
 def test_paper_grids_expand_and_cost_what_table6_says(capsys):
-    assert main(["grid", str(EXPERIMENTS / "fig5_compute.yaml"), "--dry-run", "--json"]) == 0
+    assert main(["grid", str(EXPERIMENTS / "fig5_compute.yaml"), "--dry-run", "--json", *AWAY]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["cells"]) == 18  # every row of Table 6
     from vitscale.paper import table6
@@ -196,7 +196,7 @@ def test_paper_grids_expand_and_cost_what_table6_says(capsys):
     paper_total = sum(float(r["pretrain_exaflops"]) for r in table6())
     assert out["total"]["exaflops"] == pytest.approx(paper_total, rel=0.01)
     for name, cells in (("fig3_pretrain_datasets", 14), ("fig4_data_requirements", 24)):
-        assert main(["grid", str(EXPERIMENTS / f"{name}.yaml"), "--dry-run", "--json"]) == 0
+        assert main(["grid", str(EXPERIMENTS / f"{name}.yaml"), "--dry-run", "--json", *AWAY]) == 0
         assert len(json.loads(capsys.readouterr().out)["cells"]) == cells
 
 

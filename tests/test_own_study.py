@@ -93,6 +93,7 @@ def ran(study):
     """The study as the user runs it: the dry-run, a failure on the corrupt file, a rerun
     that changes nothing, the fix, the rerun that retries the failed cells."""
     out = {"dry": _cli("grid", "grid.yaml", "--dry-run", cwd=study)}
+    out["dry_verify"] = _cli("grid", "grid.yaml", "--dry-run", "--verify", cwd=study)
     out["failed"] = _cli("grid", "grid.yaml", "--runs", "runs", cwd=study)
     out["stuck"] = _cli("grid", "grid.yaml", "--runs", "runs", cwd=study)
     out["verify"] = _cli("data", "shard", "imagefolder:shapes", "shards", "--verify", cwd=study)
@@ -106,6 +107,69 @@ def test_the_dry_run_says_the_recipe_it_fills_in_once(ran):
     note = ran["dry"].stderr
     assert note.count("recipe 'small', chosen for imagefolder:") == 1
     assert "train.loss=softmax" in note and "optim.warmup_steps" not in note  # user-set
+
+
+def _variant(study: Path, name: str, **base) -> str:
+    """The user's grid with ``base`` sections changed (``data={"subset": 400}``), as a file."""
+    grid = yaml.safe_load((study / "grid.yaml").read_text())
+    for section, values in base.items():
+        for key, value in values.items():
+            *parents, last = key.split(".")
+            node = grid["base"].setdefault(section, {})
+            for parent in parents:
+                node = node.setdefault(parent, {})
+            node[last] = value
+    (study / f"{name}.yaml").write_text(yaml.safe_dump(grid))
+    return f"{name}.yaml"
+
+
+def test_the_dry_run_reads_the_data_and_says_each_problem_once(study):
+    """Paths that do not exist, a subset larger than the split, more shots than the smallest
+    class holds: each one line, before anything runs, whatever the number of cells."""
+    fewshot = yaml.safe_load((study / "grid.yaml").read_text())["base"]["eval"]["fewshot"]
+    gone = _variant(
+        study,
+        "gone",
+        data={"dataset": "imagefolder:shapez"},
+        eval={"fewshot.datasets": [*fewshot["datasets"], "imagefolder:transfer"]},
+    )
+    big = _variant(study, "big", data={"subset": 400}, eval={"fewshot.shots": [1, 9]})
+    for grid, said in (
+        (gone, ["data: imagefolder:shapez: nothing under", "imagefolder:transfer: nothing under"]),
+        (big, ["data.subset: 400 asks for more examples than", "9-shot needs 9 train examples"]),
+    ):
+        done = _cli("grid", grid, "--dry-run", cwd=study)
+        assert done.returncode == EXIT_USER_ERROR and done.stdout == "", done.stderr
+        lines = done.stderr.splitlines()
+        for text in said:
+            assert sum(text in line for line in lines) == 1, (text, lines)
+    # with a cluster profile the grid is planned away from its data: one note names the sets
+    away = _cli("grid", gone, "--dry-run", "--profile", "h100x8", cwd=study)
+    assert away.returncode == 0, away.stderr
+    (note,) = [line for line in away.stderr.splitlines() if "not on this machine" in line]
+    assert "imagefolder:shapez, imagefolder:transfer" in note
+
+
+def test_the_dry_run_says_what_the_set_holds_and_verify_finds_the_bad_file(ran):
+    dry, verify = ran["dry"], ran["dry_verify"]
+    (data,) = [line for line in dry.stdout.splitlines() if line.startswith("data: ")]
+    # 8 train images of each of 4 classes and the truncated one (listed; it decodes late)
+    assert "4 classes (the smallest with 8 train examples), train 33, test 16" in data
+    assert verify.returncode == EXIT_USER_ERROR and verify.stdout == ""
+    bad = [line for line in verify.stderr.splitlines() if "broken.jpg" in line]
+    assert len(bad) == 1 and bad[0].strip().endswith(
+        "/shapes/train/dot/broken.jpg: Truncated File Read"
+    )
+
+
+def test_the_dry_runs_exaflops_are_the_runs(study, ran):
+    """The head is sized with the set's 4 classes, not an assumed 1000."""
+    dry = _cli("grid", "grid.yaml", "--dry-run", "--json", cwd=study)
+    cells = json.loads(dry.stdout)["cells"]
+    assert {c["action"] for c in cells} == {"skip-done"}
+    for cell in cells:
+        result = json.loads((study / "runs" / "mine" / cell["id"] / "result.json").read_text())
+        assert cell["exaflops"] == pytest.approx(result["pretrain_exaflops"], rel=1e-9)
 
 
 def test_failed_cells_exit_non_zero_say_how_to_retry_and_rerun_after_the_fix(ran):

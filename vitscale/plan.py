@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from .config import Config, ConfigError, cell_id, to_steps, validate
 from .config.recipes import RECIPES, choose
 from .config.rules import launch_problems, length_checks, subset_checks
-from .data import check_available, fingerprint, known_size
+from .data import check_available, fingerprint, known_classes, known_size
 from .kinds import kind_of
 
 Launch = int | Callable[[Config], int | None] | None
@@ -37,6 +37,12 @@ class Plan:
     source: str | None = None  # the file the config came from: messages name it
     from_recipe: dict = dataclasses.field(default_factory=dict)  # values its recipe filled
     data_content: dict = dataclasses.field(default_factory=dict)  # hashed into cell_id
+    # what reading an own folder set's file list found: name -> describe_dataset's row
+    sets: dict = dataclasses.field(default_factory=dict)
+
+    def num_classes(self, name: str) -> int | None:
+        """The classes of dataset ``name`` as the run will find them; None: unknown here."""
+        return self.sets[name]["num_classes"] if name in self.sets else known_classes(name)
 
     @property
     def recipe_note(self) -> str | None:
@@ -65,6 +71,8 @@ def plan(
     source: str | None = None,
     num_processes: Launch = None,
     check_data: bool = False,
+    absent_ok: bool = False,
+    verify: bool = False,
     extra_checks: Callable[[Config], list[str]] | None = None,
 ) -> Plan:
     """Resolve and check ``config``; raise ConfigError listing every problem once.
@@ -72,18 +80,26 @@ def plan(
     ``num_processes``: the launch, or a function of the resolved config for launches
     that depend on it (a SLURM cell's processes follow its model's resources); None: not
     known yet. ``check_data``: every dataset (pre-training, few-shot, fine-tuning) is
-    there. ``extra_checks``: the caller's own checks of the resolved config (the grid's:
-    a cell's resources on the cluster profile), reported with the rest.
+    there and an own folder set's file list is read (:func:`_read_sets`); ``absent_ok``: a
+    set that is not on this machine is a note, not a problem (a grid planned for a cluster
+    away from it); ``verify``: every image of a set on disk decodes. ``extra_checks``: the
+    caller's own checks of the resolved config (the grid's: a cell's resources on the
+    cluster profile), reported with the rest.
     """
     recorded = config.get("data_content") if isinstance(config, dict) else None
     cfg, problems, from_recipe = validate(config, overrides=overrides)
     if problems:  # the rest needs valid values
         raise ConfigError(_name_recipe(problems, cfg, from_recipe), source)
-    num_examples, problems = subset_checks(cfg, dataset_size=dataset_size(cfg))
+    sets, problems, absent = _read_sets(cfg, verify=verify) if check_data else ({}, [], {})
+    if absent and not absent_ok:
+        problems, absent = [*absent.values(), *problems], {}
+    read = sets.get(cfg.data.dataset)
+    size = read["splits"]["train"] if read else dataset_size(cfg)
+    num_examples, subset_problems = subset_checks(cfg, dataset_size=size)
     total_steps, length_problems, notes = _length(cfg, num_examples=num_examples)
     processes = num_processes(cfg) if callable(num_processes) else num_processes
-    problems += length_problems + (launch_problems(cfg, processes) if processes else [])
-    problems += _data_problems(cfg) if check_data else []
+    problems += subset_problems + length_problems
+    problems += launch_problems(cfg, processes) if processes else []
     problems += extra_checks(cfg) if extra_checks else []
     if problems:
         problems = _name_recipe(list(dict.fromkeys(problems)), cfg, from_recipe)
@@ -94,8 +110,15 @@ def plan(
         "may not match cells run where it can"
         for name in unread
     )
+    if absent:
+        notes += (
+            f"not on this machine, so not checked here: {', '.join(absent)} (running or "
+            "submitting the grid checks them where the cells run)",
+        )
     cid = cell_id(cfg, data=content)
-    return Plan(cfg, cid, num_examples, total_steps, notes, processes, source, from_recipe, content)
+    return Plan(
+        cfg, cid, num_examples, total_steps, notes, processes, source, from_recipe, content, sets
+    )
 
 
 def _recipe_source(cfg: Config) -> str:
@@ -189,11 +212,51 @@ def _fingerprints(cfg: Config) -> tuple[dict[str, str], list[str]]:
     return content, unread
 
 
-def _data_problems(cfg: Config) -> list[str]:
-    """Every dataset the run reads, there (no image opened: cheap for every cell)."""
-    d = cfg.data
-    return [
-        f"{key}: {message}"
-        for key, name in _datasets(cfg)
-        for message in check_available(name, root=d.root, download=d.download)
-    ]
+def _read_sets(cfg: Config, *, verify: bool) -> tuple[dict[str, dict], list[str], dict[str, str]]:
+    """``(sets, problems, absent)`` for every dataset the run reads: an own folder set's
+    file list read once per process while it is unchanged (:func:`_described`: its splits'
+    sizes and classes, its smallest class against the largest shot count); with
+    ``verify`` every image of a set on disk decoded; ``absent``: each set not there, with
+    what is missing."""
+    d, fs = cfg.data, cfg.eval.fewshot
+    sets: dict[str, dict] = {}
+    problems, absent, verified = [], {}, set()
+    for key, name in dict.fromkeys(_datasets(cfg)):
+        missing = check_available(name, root=d.root, download=d.download)
+        if missing:
+            absent.setdefault(name, f"{key}: {missing[0]}")  # once, where first read
+            continue
+        try:
+            if kind_of(name).folder in ("imagefolder", "multilabel"):
+                sets[name] = _described(name, d.holdout, cfg.eval.finetune.val_fraction)
+            if verify and name not in verified:
+                verified.add(name)
+                from .data.build import verify_dataset
+
+                problems += [f"{key}: {p}" for p in verify_dataset(name, root=d.root)]
+        except ValueError as e:  # a folder that is there but not a set: said as the run says it
+            problems.append(f"{key}: {e}")
+    for name in fs.datasets:
+        smallest = sets[name]["smallest_class"] if name in sets else None
+        if fs.shots and smallest is not None and max(fs.shots) > smallest:
+            problems.append(
+                f"eval.fewshot.shots: {max(fs.shots)}-shot needs {max(fs.shots)} train "
+                f"examples of every class of {name}, but its smallest class has {smallest}; "
+                f"the largest possible is {smallest}-shot"
+            )
+    return sets, problems, absent
+
+
+# (name, data.holdout, val_fraction, the set's fingerprint) -> its row: read once per
+# process while its files are unchanged
+_DESCRIBED: dict[tuple, dict] = {}
+
+
+def _described(name: str, holdout: float, val_fraction: float | None) -> dict:
+    """:func:`~vitscale.data.build.describe_dataset`'s row of an own folder set."""
+    key = (name, holdout, val_fraction, fingerprint(name))
+    if key not in _DESCRIBED:
+        from .data.build import describe_dataset  # torch: only for a set on disk
+
+        _DESCRIBED[key] = describe_dataset(name, holdout=holdout, val_fraction=val_fraction)
+    return _DESCRIBED[key]

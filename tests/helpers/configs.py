@@ -64,3 +64,8 @@ def _merge(base: dict, update: dict) -> dict:
     for key, value in update.items():
         base[key] = _merge(base.get(key) or {}, value) if isinstance(value, dict) else value
     return base
+
+
+# The paper's grids read JFT and ImageNet, not on this machine: their dry-runs plan them for
+# a cluster (a profile), where a set not here is a note instead of a refusal.
+AWAY = ("--profile", "h100x8")

@@ -14,6 +14,12 @@ def configure_grid(p: argparse.ArgumentParser) -> None:
         "--dry-run", action="store_true", help="print the cells, their cost and totals; run nothing"
     )
     p.add_argument("--json", action="store_true", help="with --dry-run: machine-readable output")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="before anything runs, decode every image of each dataset on disk (as training "
+        "decodes it): every file that does not decode, named once",
+    )
     p.add_argument("--executor", choices=("local", "slurm"), default="local")
     p.add_argument("--workers", type=int, default=1, help="local: cells run at once (default 1)")
     p.add_argument(
@@ -73,6 +79,7 @@ def run_grid(args: argparse.Namespace) -> int:
             wait=args.wait,
             stop_timeout=args.stop_timeout,
             retry_failed=args.retry_failed,
+            verify=args.verify,
         )
 
 

@@ -17,6 +17,7 @@ _EXPORTS = {
     "finetune_splits": "build",
     "rank0_downloads_first": "build",
     "known_size": "available",
+    "known_classes": "available",
     "check_available": "available",
     "fingerprint": "available",
     "build_loader": "stream",

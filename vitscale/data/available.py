@@ -33,6 +33,22 @@ def known_size(name: str) -> int | None:
     return SOURCES[source].size("train")
 
 
+def known_classes(name: str) -> int | None:
+    """Classes of ``name`` when known without reading its files (the embedded worlds, the
+    public sets, a sharded set's index); ``None`` for a folder set (read by the plan)."""
+    try:
+        source, _ = parse_name(name)
+        if source in EMBEDDED:
+            return EMBEDDED[source].num_classes
+        if source == "shards":
+            from .shards.index import load_index, parse_location
+
+            return load_index(name, parse_location(name)[0]).num_classes
+    except ValueError:  # an unknown name, no index (yet): unknown here
+        return None
+    return SOURCES[source].num_classes
+
+
 def check_available(
     name: str, *, root: str | Path | None = None, subset: SubsetSpec = None, download: bool = False
 ) -> list[str]:

@@ -234,10 +234,12 @@ def describe_dataset(
         minitrain, held = holdout_split(len(train), share)  # as _base slices train, unread
         test_size = len(_base(name, "test", **kw))
         sizes = {"minitrain": len(minitrain), "val": len(held), "test": test_size}
+    counts = np.bincount(all_targets(train), minlength=train.num_classes)
     return dict(
         name=name,
         num_classes=train.num_classes,
         classes=list(train.classes),
+        smallest_class=int(counts.min()),  # the most shots a few-shot evaluation can take
         multilabel=bool(getattr(train, "multilabel", False)),
         splits={"train": len(train), **sizes},
         test_from=test,
@@ -252,10 +254,34 @@ def format_dataset(row: dict) -> str:
     return "\n".join(
         [
             row["name"],
-            f"    {row['num_classes']:,} classes ({kind}): {', '.join(map(str, row['classes']))}",
+            f"    {row['num_classes']:,} classes ({kind}; the smallest has "
+            f"{row['smallest_class']:,} train examples): {', '.join(map(str, row['classes']))}",
             f"    train: {s['train']:,} examples (minitrain {s['minitrain']:,}"
             + (f" + val {s['val']:,})" if s["minitrain"] + s["val"] == s["train"] else ")"),
             f"    val: {s['val']:,} examples, {row['val_from']}",
             f"    test: {s['test']:,} examples, {row['test_from']}",
         ]
     )
+
+
+def verify_dataset(name: str, *, root: str | Path | None = None) -> list[str]:
+    """Every image of a set on disk decoded as training decodes it (``vitscale grid
+    --verify``): one message naming all that do not (a folder set), or each shard's
+    (a sharded set, :func:`~vitscale.data.shards.read.scan_shard`); none for the embedded
+    worlds (drawn, not read) and the public sets (checked by their own loaders)."""
+    source, path = parse_name(name)
+    if source == "shards":
+        from .shards.index import load_index, parse_location
+        from .shards.read import scan_shard
+
+        index = load_index(name, parse_location(name)[0])
+        shards = [index.path(s) for split in index.splits.values() for s in split]
+        return [p for shard in shards for p in scan_shard(shard, verify=True).problems]
+    if path is None:
+        return []
+    from .sources.load import bad_files_error, undecodable
+
+    kw = dict(root=root, image_size=32, augment=False, download=False)
+    files = {str(f): None for split in ("train", "test") for f in _base(name, split, **kw).scanned}
+    bad, _ = undecodable(list(files))
+    return [bad_files_error(name, bad)] if bad else []

@@ -65,6 +65,7 @@ def print_dry_run(
         "gpu_hours_basis": {b: sum(c.basis == b for c in costs) for b in BASES},
         "problems": problems,
         "wandb": [dict(zip(("mode", "entity", "project"), t, strict=True)) for t in targets],
+        "data": {name: row for c in grid.cells for name, row in c.plan.sets.items()},
         **_spent(costs, grid),
     }
     rows = [_row(c, actions[c.cell.id], fits.get(c.cell.id)) for c in costs]
@@ -98,7 +99,15 @@ def print_dry_run(
 
 
 def _legend(grid, planned, rows, costs, total, est, profile, fits, runs_root, targets) -> None:
-    """What the dry-run's table and totals mean, and where the cells log: printed below them."""
+    """What the dry-run's table and totals mean, the sets read and where the cells log:
+    printed below them."""
+    for row in total["data"].values():
+        s = row["splits"]
+        print(
+            f"data: {row['name']}: {row['num_classes']:,} classes (the smallest with "
+            f"{row['smallest_class']:,} train examples), train {s['train']:,}, test "
+            f"{s['test']:,} ({row['test_from']}) (`vitscale data list NAME` for more)"
+        )
     for mode, entity, project in targets:
         print(
             f"W&B: group {grid.name!r} in {entity or '(your default entity)'}/{project}, mode "
@@ -431,6 +440,7 @@ def grid(
     wait: bool = False,
     stop_timeout: float | None = None,
     retry_failed: bool = False,
+    verify: bool = False,
 ) -> int:
     for flag, value in (("--workers", workers), ("--processes", processes)):
         if value < 1:
@@ -443,8 +453,16 @@ def grid(
             "--executor slurm needs --profile NAME (slurm/profiles/NAME.yaml) or a path"
         )
     launch = processes if executor == "local" else None  # SLURM: each cell's resources
+    # a dry-run for a cluster may plan away from the data: a set not here is said, not refused
+    away = dry_run and (profile is not None or executor == "slurm")
+    data = dict(check_data=True, absent_ok=away, verify=verify)
     g = load_grid(
-        path, overrides=overrides, num_processes=launch, profile=profile, running=not dry_run
+        path,
+        overrides=overrides,
+        num_processes=launch,
+        profile=profile,
+        running=not dry_run,
+        data=data,
     )
     notes = [n for c in g.cells for n in c.plan.notes]
     notes += recipe_notes(

@@ -70,7 +70,7 @@ def finetune_exaflops(cell: Cell) -> float:
         c = count(
             cfg.model.name,
             size,
-            num_classes=num_classes(dataset),
+            num_classes=num_classes(cell, dataset),
             head="finetune",
             pool=cfg.model.pool,
         )
@@ -87,7 +87,13 @@ def cell_cost(
     if steps is None:
         return CellCost(cell, n, None, None, None, None, None)
     examples = steps * cfg.train.batch_size
-    c = count(cfg.model.name, cfg.data.image_size, head="pretrain", pool=cfg.model.pool)
+    c = count(
+        cfg.model.name,
+        cfg.data.image_size,
+        num_classes=num_classes(cell, cfg.data.dataset),
+        head="pretrain",
+        pool=cfg.model.pool,
+    )
     exaflops = c.train_flops_per_example * examples / 1e18
     ft = finetune_exaflops(cell)
     shared = (cfg.branch.step or 0) / steps if steps else 0.0

@@ -19,8 +19,8 @@ from ..flops import count
 from .profile import Profile
 from .spec import Cell, Grid
 
-# Classes of a folder source are only known once it is read; the head and loss it sizes
-# are a small part of the step.
+# Classes of a folder set its plan did not read (a grid planned away from its data); the
+# head and loss it sizes are a small part of the step.
 ASSUMED_CLASSES = 1000
 
 
@@ -48,15 +48,10 @@ class Placement:
         return peak / memory.GiB
 
 
-def num_classes(dataset: str) -> int:
-    """Classes of ``dataset`` without reading it (:data:`ASSUMED_CLASSES` for folders)."""
-    from ..data.embedded import EMBEDDED
-    from ..data.registry import SOURCES, parse_name
-
-    source, _ = parse_name(dataset)
-    if source in EMBEDDED:
-        return EMBEDDED[source].num_classes
-    return SOURCES[source].num_classes or ASSUMED_CLASSES
+def num_classes(cell: Cell, dataset: str) -> int:
+    """Classes of ``dataset`` as ``cell``'s run will find them (:data:`ASSUMED_CLASSES`
+    for a folder set its plan did not read)."""
+    return cell.plan.num_classes(dataset) or ASSUMED_CLASSES
 
 
 def place_cell(cell: Cell, resources: dict, profile: Profile, *, where: str) -> Placement:
@@ -80,7 +75,7 @@ def place_cell(cell: Cell, resources: dict, profile: Profile, *, where: str) -> 
     per_process = max(1, cfg.train.batch_size // processes)
     pre = dict(
         image_size=size,
-        num_classes=num_classes(cfg.data.dataset),
+        num_classes=num_classes(cell, cfg.data.dataset),
         head="pretrain",
         pre_logits=cfg.model.pre_logits,
         dropout=cfg.model.dropout or 0.0,
@@ -118,7 +113,7 @@ def place_cell(cell: Cell, resources: dict, profile: Profile, *, where: str) -> 
         for dataset in ft.datasets:
             kw = dict(
                 image_size=ft.image_size or size,
-                num_classes=num_classes(dataset),
+                num_classes=num_classes(cell, dataset),
                 head="finetune",
                 optimizer="sgd",
                 kept_params=pretrain_params,

@@ -194,6 +194,7 @@ def load_grid(
     overrides: list[str] = (),
     profile: Profile | None = None,
     running: bool = False,
+    data: dict | None = None,
 ) -> Grid:
     """Parse, expand and plan a grid file; GridError lists every problem found.
 
@@ -201,8 +202,9 @@ def load_grid(
     to try a grid at a fraction of its steps; they change the cells' ids like any edit.
     ``num_processes``: every cell's launch (the local executor's ``--processes``); without
     it, a cell's launch on a cluster ``profile`` is the processes its resources ask for.
-    ``running``: the grid is about to run: every dataset must be there and, with a
-    ``profile``, every cell's resources must fit it (:func:`resource_problems`).
+    ``running``: the grid is about to run: with a ``profile``, every cell's resources
+    must fit it (:func:`resource_problems`). ``data``: how its datasets are checked,
+    :func:`~vitscale.plan.plan`'s ``check_data``, ``absent_ok`` and ``verify``; None: not.
     """
     path = Path(path)
     if not path.is_file():
@@ -219,7 +221,7 @@ def load_grid(
     resources = {entry: r.model_dump(exclude_unset=True) for entry, r in grid.resources.items()}
     grid_points = _points(grid.axes, {}, f"{path}: axes", problems)
     models: list[str] = []  # every resolved cell's model, whatever its other problems
-    plan_cell = _planner(resources, profile, num_processes, overrides, running, models)
+    plan_cell = _planner(resources, profile, num_processes, overrides, data or {}, models)
     origin = _Origin(path=path, base=grid.base, overrides=overrides)
     name, blocks = grid.name or path.stem, grid.blocks or [Block(name="all")]
     cells = _cells(blocks, grid_points, grid.base, name, origin, plan_cell, problems)
@@ -239,10 +241,10 @@ def _planner(
     profile: Profile | None,
     num_processes: int | None,
     overrides: list[str],
-    running: bool,
+    data: dict,
     models: list[str],
 ) -> Callable[[dict], Plan]:
-    """How a cell's config is planned: its launch and, before running, its datasets. Its
+    """How a cell's config is planned: its launch and its datasets (``data``). Its
     resources on a profile are the grid's to check, once (:func:`resource_problems`), for
     the ``models`` every resolved config adds to."""
 
@@ -257,7 +259,7 @@ def _planner(
         config,
         overrides=overrides,
         num_processes=num_processes if num_processes or profile is None else launch,
-        check_data=running,
+        **data,
         extra_checks=lambda cfg: models.append(cfg.model.name) or [],
     )
 

@@ -115,22 +115,10 @@ class ImageSource(Dataset):
         ``scanned`` that does not either (decoded as the loader does, for at most
         :data:`BAD_FILE_SCAN_S`), each with the reason alone, so one failed run names
         them all."""
-        from PIL import Image
-
         if self.files is None:
             return f"{self.name}: cannot decode image {index}: {decode_reason(error)}"
-        bad = {str(self.files[index]): decode_reason(error)}
-        deadline, checked = time.monotonic() + BAD_FILE_SCAN_S, 0
-        for file in map(str, self.scanned):
-            if time.monotonic() > deadline:
-                break
-            checked += 1
-            try:
-                if file not in bad:
-                    with Image.open(file) as im:
-                        im.convert("RGB")
-            except (OSError, SyntaxError, ValueError) as e:
-                bad[file] = decode_reason(e)
+        known = {str(self.files[index]): decode_reason(error)}
+        bad, checked = undecodable(self.scanned, known=known, seconds=BAD_FILE_SCAN_S)
         partly = (
             f" (in the {checked:,} of {len(self.scanned):,} files checked in "
             f"{BAD_FILE_SCAN_S:.0f} s; `vitscale data shard {self.name} DEST --verify` checks "
@@ -138,11 +126,41 @@ class ImageSource(Dataset):
             if checked < len(self.scanned)
             else ""
         )
-        return (
-            f"{self.name}: cannot decode {len(bad)} image file(s){partly}, listed below; "
-            "replace them from the original archive, or remove them\n"
-            + listing([f"{f}: {reason}" for f, reason in sorted(bad.items())])
-        )
+        return bad_files_error(self.name, bad, partly)
+
+
+def undecodable(
+    files: Sequence[str | Path],
+    *,
+    known: dict[str, str] | None = None,
+    seconds: float | None = None,
+) -> tuple[dict[str, str], int]:
+    """``({file: why it does not decode}, files checked)``: each file decoded as the loader
+    decodes it (PIL, to RGB), for at most ``seconds``; ``known`` are already found."""
+    from PIL import Image
+
+    bad, checked = dict(known or {}), 0
+    deadline = None if seconds is None else time.monotonic() + seconds
+    for file in map(str, files):
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        checked += 1
+        try:
+            if file not in bad:
+                with Image.open(file) as im:
+                    im.convert("RGB")
+        except (OSError, SyntaxError, ValueError) as e:
+            bad[file] = decode_reason(e)
+    return bad, checked
+
+
+def bad_files_error(name: str, bad: dict[str, str], partly: str = "") -> str:
+    """The one message naming every image of ``name`` that does not decode."""
+    return (
+        f"{name}: cannot decode {len(bad)} image file(s){partly}, listed below; "
+        "replace them from the original archive, or remove them\n"
+        + listing([f"{f}: {reason}" for f, reason in sorted(bad.items())])
+    )
 
 
 def _require_files(name: str, folder: Path, files: Sequence[Path]) -> None:
