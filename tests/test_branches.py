@@ -86,7 +86,7 @@ def test_a_grid_of_four_durations_runs_one_trunk_and_spends_trunk_plus_cooldowns
     planned = json.loads(capsys.readouterr().out)["total"]
     args = ["grid", str(path), "--executor", "local", "--workers", "2", "--runs", str(runs)]
     assert main(args) == 0  # a second worker waits for the trunk, then takes a branch
-    results = [rf.RunResult.read(d) for d in (runs / "wsd4").iterdir() if d.name[0] != "."]
+    results = [rf.RunResult.read(d) for d in (runs / "wsd4").iterdir() if (d / rf.CONFIG).is_file()]
     assert len(results) == 4 and all(r.done and r.restarts == 0 for r in results)
     (trunk,) = [r for r in results if r.branched_from is None]  # one run from step 0
     assert trunk.steps == 16

@@ -105,7 +105,7 @@ def test_a_mixer_cell_runs_in_the_demo_world_and_gets_its_own_colour(tmp_path, c
     path, runs = tmp_path / "mix.yaml", tmp_path / "runs"
     path.write_text(yaml.safe_dump(grid))
     assert main(["grid", str(path), "--executor", "local", "--runs", str(runs)]) == 0
-    (mixer,) = (runs / "mix").iterdir()
+    (mixer,) = (p for p in (runs / "mix").iterdir() if p.is_dir())
     result = json.loads((mixer / "result.json").read_text())
     classes = json.loads((mixer / "config.json").read_text())["data"]["num_classes"]
     assert result["status"] == "done"

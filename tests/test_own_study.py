@@ -207,10 +207,25 @@ def test_status_labels_each_setting_and_shows_the_own_sets_accuracy(study, ran):
         [("ViT-Pico/4", f"lr={lr}", "all") for lr in ("0.001", "0.003")] * 2
     )
     assert all(r[7].endswith("%") for r in done)  # the own set's 5-shot accuracy, shown
-    # The fix changed the set (one file fewer): its cells are new ones, and the failed
-    # cells of the set as it was are listed beside them, never passed off as these.
-    assert sorted(r[5] for r in rows) == ["done"] * 4 + ["failed"] * 4
-    assert not {r[1] for r in done} & {r[1] for r in rows if r[5] == "failed"}
+    # The fix changed the set (one file fewer): its cells are new ones; the failed cells of
+    # the set as it was are not the grid's any more, so not counted, and said so.
+    assert sorted(r[5] for r in rows) == ["done"] * 4
+    assert "8 cells" not in status.stdout and "4 cells: 4 done" in status.stdout
+    (note,) = [line for line in status.stdout.splitlines() if line.startswith("note: ")]
+    assert "4 cell(s) from an earlier version of this grid, not counted" in note
+    assert "`vitscale grid grid.yaml --prune`" in note
+
+
+def test_prune_moves_the_earlier_versions_cells_aside(study, ran):
+    before = sorted(p.name for p in (study / "runs" / "mine").iterdir())
+    would = _cli("grid", "grid.yaml", "--runs", "runs", "--prune", "--dry-run", cwd=study)
+    assert would.returncode == 0 and "would move 4 cell(s)" in would.stdout
+    assert sorted(p.name for p in (study / "runs" / "mine").iterdir()) == before
+    pruned = _cli("grid", "grid.yaml", "--runs", "runs", "--prune", cwd=study)
+    assert pruned.returncode == 0 and "moved 4 cell(s)" in pruned.stdout
+    assert len(list((study / "runs" / "mine" / ".stale").iterdir())) == 4  # kept, aside
+    status = _cli("status", "runs/mine", cwd=study)
+    assert "4 cells: 4 done" in status.stdout and "note:" not in status.stdout
 
 
 def test_two_learning_rates_are_two_settings_of_two_seeds_never_four(study, ran):

@@ -58,6 +58,11 @@ FEWSHOT = "synthetic-textures"
 FINETUNE = "synthetic-glyphs"
 
 
+def _cells(folder: Path) -> list[Path]:
+    """The run folders of a grid folder (beside them: its cells.json)."""
+    return sorted(p for p in folder.iterdir() if (p / rf.CONFIG).is_file())
+
+
 def _grid_file(path: Path) -> Path:
     base = tiny_config(
         train={"steps": 6, "log_every": 2, "eval_every": 3, "checkpoint_every": None},
@@ -183,7 +188,7 @@ def logged(grid):
     for run_file in sorted(runs.glob("*/wandb/offline-run-*/run-*.wandb")):
         info = _logged(_inspect(run_file))
         out[info["id"]] = info
-    assert sorted(out) == sorted(p.name for p in runs.iterdir())
+    assert sorted(out) == sorted(p.name for p in _cells(runs))
     return out
 
 
@@ -398,7 +403,7 @@ def test_report_of_a_partly_finished_grid(grid, tmp_path, capsys):
     _, runs = grid
     copy = tmp_path / GRID
     shutil.copytree(runs, copy, ignore=shutil.ignore_patterns("checkpoints", "wandb"))
-    running = sorted(copy.iterdir())[0]
+    running = _cells(copy)[0]
     (running / rf.RESULT).unlink()  # a cell still running: config and metrics, no result
     argv = ["wandb", "report", str(copy), "-e", "me", "-p", "vitscale", "--dry-run", "--json"]
     assert main([*argv, "--out", str(tmp_path / "figs")]) == 0
@@ -470,11 +475,11 @@ def test_sync_finds_every_offline_run_and_skips_synced_ones(grid, tmp_path, caps
     listed = capsys.readouterr().out.splitlines()
     assert listed[-1] == "4 offline runs to upload, 0 synced already"
     assert sorted(Path(p).name.rsplit("-", 1)[-1] for p in listed[:-1]) == sorted(
-        p.name for p in copy.iterdir()
+        p.name for p in _cells(copy)
     )
 
     # A run wandb marked synced is skipped; one under a shared $WANDB_DIR is found.
-    first, second = find_offline_runs(sorted(copy.iterdir()))[:2]
+    first, second = find_offline_runs(_cells(copy))[:2]
     first.log.with_name(first.log.name + SYNCED_SUFFIX).touch()
     shared = tmp_path / "shared"
     (shared / "wandb").mkdir(parents=True)
@@ -485,7 +490,7 @@ def test_sync_finds_every_offline_run_and_skips_synced_ones(grid, tmp_path, caps
     assert listed[-1] == "3 offline runs to upload, 1 synced already"
     assert str(shared / "wandb" / second.path.name) in listed
 
-    for run in find_offline_runs(sorted(copy.iterdir())):
+    for run in find_offline_runs(_cells(copy)):
         run.log.with_name(run.log.name + SYNCED_SUFFIX).touch()
     assert main(["wandb", "sync", str(copy)]) == 0  # nothing left: no key needed
     assert "all 4 offline runs are synced already" in capsys.readouterr().out
@@ -576,7 +581,7 @@ def test_no_key_no_network_bad_key_one_line_exit_2_nothing_written(
     # Nothing half-created: no view or figure files, the offline runs not marked synced,
     # the run folders untouched, and the key in no file.
     assert not (tmp_path / "out").exists() and not (tmp_path / "wandb").exists()
-    assert not any(r.synced for r in find_offline_runs(sorted(runs.iterdir())))
+    assert not any(r.synced for r in find_offline_runs(_cells(runs)))
     assert {p: p.lstat().st_mtime_ns for p in runs.rglob("*")} == before
     for p in tmp_path.rglob("*"):
         if p.is_file():
@@ -586,13 +591,13 @@ def test_no_key_no_network_bad_key_one_line_exit_2_nothing_written(
 def test_bad_input_one_line_exit_2(grid, tmp_path, capsys):
     path, runs = grid
     two = tmp_path / "two"
-    for name, src in (("a", next(runs.iterdir())), ("b", next(runs.iterdir()))):
+    for name, src in (("a", _cells(runs)[0]), ("b", _cells(runs)[0])):
         (two / name / src.name).mkdir(parents=True)
         config = rf.read_json(src / rf.CONFIG) | {"grid": name}
         rf.write_json_atomic(two / name / src.name / rf.CONFIG, config)
     unfinished = tmp_path / "unfinished" / GRID / "c0"
     unfinished.mkdir(parents=True)
-    shutil.copy(next(runs.iterdir()) / rf.CONFIG, unfinished / rf.CONFIG)
+    shutil.copy(_cells(runs)[0] / rf.CONFIG, unfinished / rf.CONFIG)
     bad = tmp_path / "bad.yaml"
     bad.write_text(path.read_text() + "retries: -1\n")
     target = ["-e", "me", "-p", "vitscale", "--dry-run"]

@@ -301,3 +301,22 @@ def test_old_result_files_and_wandb_runs_read_with_defaults():
     assert rf.RunResult.from_summary(summary) == rf.RunResult(status="failed")
     with pytest.raises(ValueError, match="no valid status"):
         rf.RunResult.from_json({"status": "running"})
+
+
+def test_a_grids_cells_of_an_earlier_version_are_not_counted_but_said(tmp_path):
+    """The grid folder's cells.json (written by `vitscale grid`) names its current cells;
+    a run folder beside them is from an earlier version: not read, said once. A folder
+    named by itself is read; an unreadable cells.json counts every cell, as before."""
+    root = tmp_path / "runs"
+    for name in ("now1", "now2", "old"):
+        _write(root, "g", name, model="ViT-Pico/4", subset=1000, steps=40)
+    rf.write_json_atomic(root / "g" / rf.GRID_CELLS, {"grid": "g", "cells": ["now1", "now2"]})
+    frame, problems = results.load_runs(root)
+    assert sorted(p.rsplit("/", 1)[-1] for p in frame["path"]) == ["now1", "now2"]
+    (stale,) = problems
+    assert stale.stale and "1 cell(s) from an earlier version of this grid" in str(stale)
+    assert [str(p) for p in results.find_run_folders(root / "g" / "old")[0]] == [
+        str(root / "g" / "old")
+    ]
+    (root / "g" / rf.GRID_CELLS).write_text("{not json")
+    assert len(results.find_run_folders(root)[0]) == 3

@@ -101,7 +101,9 @@ def _load(paths: list[str], *, progress: bool = True):
     with user_errors(FileNotFoundError):
         cells, problems = load_runs(paths, progress=progress)
     cells, _ = label_settings(cells)
-    if problems:
+    for p in [p for p in problems if p.stale]:
+        print(f"note: {p}", file=sys.stderr)
+    if problems := [p for p in problems if not p.stale]:
         print(f"skipped {len(problems)} unreadable run folder(s):", file=sys.stderr)
         for p in problems[:20]:
             print(f"  {p}", file=sys.stderr)

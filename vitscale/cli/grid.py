@@ -40,6 +40,13 @@ def configure_grid(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--runs", default="runs", help="root of the run folders (default: runs)")
     p.add_argument(
+        "--prune",
+        action="store_true",
+        help="move the cells of an earlier version of this grid (run folders in its folder "
+        "that it no longer has) to its .stale/ folder, and run nothing; with --dry-run: say "
+        "which",
+    )
+    p.add_argument(
         "--retry-failed",
         action="store_true",
         help="run again the failed cells that have used their retries (the grid's "
@@ -80,6 +87,7 @@ def run_grid(args: argparse.Namespace) -> int:
             stop_timeout=args.stop_timeout,
             retry_failed=args.retry_failed,
             verify=args.verify,
+            prune=args.prune,
         )
 
 

@@ -218,7 +218,9 @@ def _sync(args: argparse.Namespace) -> int:
 
     _check_target(args)
     with user_errors(FileNotFoundError):
-        folders, _ = find_run_folders(args.runs)
+        folders, problems = find_run_folders(args.runs)
+    for p in [p for p in problems if p.stale]:
+        print(f"note: {p}", file=sys.stderr)
     if not folders:
         raise UserError(f"no run folders under {' '.join(args.runs)}")
     runs = find_offline_runs(folders)

@@ -17,6 +17,7 @@ id): raising ``data.skip_bad_samples`` after a bad example stopped it, or moving
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,3 +177,47 @@ def retry_hint(planned: list[Planned], *, grid_path: Path, runs: Path) -> str | 
         f"each error; fix its cause, then `vitscale grid {grid_path} --retry-failed` runs them "
         "again (a change to an operational key, e.g. --set data.skip_bad_samples=N, reaches them)"
     )
+
+
+def write_cells(grid: Grid, runs_root: Path) -> None:
+    """Record the grid's cells as its current version (:data:`vitscale.record.GRID_CELLS`):
+    a run folder beside them that is not one of them is no longer counted."""
+    folder = runs_root / grid.name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        rf.write_json_if_changed(
+            folder / rf.GRID_CELLS,
+            {"grid": grid.name, "grid_file": str(grid.path), "cells": [c.id for c in grid.cells]},
+        )
+    except OSError as e:  # a full disk: each cell then says so itself
+        print(f"warning: cannot record the grid's cells in {folder}: {e}", file=sys.stderr)
+
+
+def stale_cells(grid: Grid, runs_root: Path) -> list[Path]:
+    """The run folders in the grid's folder that are not cells of the grid as it is now."""
+    folder, ids = runs_root / grid.name, {c.id for c in grid.cells}
+    if not folder.is_dir():
+        return []
+    return sorted(d for d in folder.iterdir() if (d / rf.CONFIG).is_file() and d.name not in ids)
+
+
+def prune(grid: Grid, runs_root: Path, *, dry_run: bool) -> int:
+    """``vitscale grid FILE --prune``: move the grid's stale cells to its ``.stale/``
+    folder (kept, not deleted; a running one stays), then record its current cells."""
+    stale = stale_cells(grid, runs_root)
+    running = [d for d in stale if is_locked(d)]
+    moving = [d for d in stale if d not in running]
+    aside = runs_root / grid.name / rf.STALE
+    for d in moving if not dry_run else ():
+        aside.mkdir(exist_ok=True)
+        target = aside / d.name
+        while target.exists():  # pruned before, and back in a version since
+            target = target.with_name(target.name + "+")
+        d.rename(target)
+    if not dry_run:
+        write_cells(grid, runs_root)
+    verb = "would move" if dry_run else "moved"
+    print(f"{verb} {len(moving)} cell(s) from an earlier version of {grid.name!r} to {aside}/")
+    for d in running:
+        print(f"left {d.name}: it is running (prune again once it has ended)")
+    return 0

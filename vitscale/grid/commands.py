@@ -10,6 +10,7 @@ from pathlib import Path
 from ..catalog import model_columns
 from ..flops import count
 from ..plan import recipe_notes
+from . import actions
 from .actions import decide, headline, retry_hint
 from .calibration import ASSUMED, BASES, ESTIMATED, FAMILY, MEASURED
 from .cost import CellCost, cell_cost
@@ -140,6 +141,11 @@ def _legend(grid, planned, rows, costs, total, est, profile, fits, runs_root, ta
         )
     if grid.families:
         print(_spent_lines(total))
+    if stale := actions.stale_cells(grid, runs_root):
+        print(
+            f"{len(stale)} cell(s) in {runs_root / grid.name}/ are from an earlier version of "
+            "this grid: not counted (--prune moves them aside)"
+        )
     if hint := retry_hint(planned, grid_path=grid.path, runs=runs_root / grid.name):
         print(hint)
     if fits:
@@ -441,6 +447,7 @@ def grid(
     stop_timeout: float | None = None,
     retry_failed: bool = False,
     verify: bool = False,
+    prune: bool = False,
 ) -> int:
     for flag, value in (("--workers", workers), ("--processes", processes)):
         if value < 1:
@@ -474,8 +481,11 @@ def grid(
         if executor == "slurm" and not dry_run:
             raise GridError([problem])
         print(f"warning: {problem}", file=sys.stderr)
+    if prune:
+        return actions.prune(g, runs_root, dry_run=dry_run)
     if dry_run:
         return print_dry_run(g, runs_root, profile, as_json=as_json, retry_failed=retry_failed)
+    actions.write_cells(g, runs_root)
     if profile is not None:  # micro-batches that fit the profile's GPUs where the grid gives none
         fits = place_grid(g, profile)
         if problems := [p for f in fits for p in f.problems]:
@@ -532,13 +542,13 @@ def status(paths: list[Path], *, shots: int | None, as_json: bool) -> int:
 
     rows, problems = collect(paths, shots=shots, job_state=job_state, job_note=job_note)
     if as_json:
-        print(
-            json.dumps(
-                {"cells": [dataclasses.asdict(r) for r in rows], "problems": problems}, indent=2
-            )
-        )
+        said = {
+            "problems": [str(p) for p in problems if not p.stale],
+            "not_counted": [str(p) for p in problems if p.stale],
+        }
+        print(json.dumps({"cells": [dataclasses.asdict(r) for r in rows]} | said, indent=2))
         return 0
     print(format_table(rows, shots=shots))
     for p in problems:
-        print(f"skipped: {p}")
+        print(f"{'note' if p.stale else 'skipped'}: {p}")
     return 0

@@ -15,6 +15,7 @@ from .. import record as rf
 from ..record.cells import (
     STATUS_PENDING,
     STATUS_RUNNING,
+    Problem,
     RunFolderError,
     cell_state,
     find_run_folders,
@@ -126,7 +127,9 @@ def _resumes(run_dir: Path, state) -> str:
 
 def collect(
     paths: list[Path], *, shots: int | None = None, job_state=None, job_note=None
-) -> tuple[list[CellRow], list[str]]:
+) -> tuple[list[CellRow], list]:
+    """The rows of every counted cell under ``paths`` and the folders not read (each a
+    :class:`~vitscale.record.cells.Problem`: unreadable, or a grid's stale cells)."""
     folders, problems = find_run_folders(paths)
     rows, read = [], []
     for folder in folders:
@@ -134,8 +137,8 @@ def collect(
             rows.append(cell_row(Path(folder), shots=shots, job_state=job_state, job_note=job_note))
             read.append(Path(folder))
         except (RunFolderError, OSError, ValueError, KeyError) as e:
-            problems.append(f"{folder}: {e}")
-    return _with_settings(rows, read), [str(p) for p in problems]
+            problems.append(Problem(str(folder), str(e)))
+    return _with_settings(rows, read), problems
 
 
 def _with_settings(rows: list[CellRow], folders: list[Path]) -> list[CellRow]:

@@ -97,6 +97,7 @@ class Problem:
 
     path: str
     message: str
+    stale: bool = False  # not unreadable: cells of an earlier version of a grid, not counted
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"
@@ -199,15 +200,38 @@ def _walk(path: Path, found: list, problems: list[Problem], depth: int) -> None:
         return
     if depth >= _MAX_DEPTH:
         return
+    current, stale = _grid_cells(path) if rf.GRID_CELLS in names else (None, [])
     for name in _subdirs(path) or ():
         child = path / name
         child_names = _names(child) or set()
-        if rf.CONFIG in child_names:
+        if rf.CONFIG in child_names and current is not None and name not in current["cells"]:
+            stale.append(name)
+        elif rf.CONFIG in child_names:
             found.append((child, child_names))
         elif child_names & {rf.RESULT, rf.METRICS}:
             problems.append(Problem(str(child), f"has run files but no {rf.CONFIG}; skipped"))
         else:
             _walk(child, found, problems, depth + 1)
+    if stale:
+        grid_file = current.get("grid_file") or "GRID_FILE"
+        problems.append(
+            Problem(
+                str(path),
+                f"{len(stale)} cell(s) from an earlier version of this grid, not counted "
+                f"(`vitscale grid {grid_file} --prune` moves them to {path / rf.STALE}/)",
+                stale=True,
+            )
+        )
+
+
+def _grid_cells(path: Path) -> tuple[dict | None, list[str]]:
+    """A grid folder's :data:`~vitscale.record.folder.GRID_CELLS` (None: unreadable, so
+    every cell counts, as before any was written) and the stale cells found so far."""
+    try:
+        current = rf.read_json(path / rf.GRID_CELLS)
+        return (current if isinstance(current.get("cells"), list) else None), []
+    except (OSError, ValueError, AttributeError):
+        return None, []
 
 
 # --------------------------------------------------------------------------- one cell

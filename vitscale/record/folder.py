@@ -19,6 +19,8 @@ __all__ = [
     "CHECKPOINTS",
     "LOCK",
     "LOG",
+    "GRID_CELLS",
+    "STALE",
     "RANK_FAILURE",
     "CHECKPOINT_PREFIX",
     "CHECKPOINT_STATE",
@@ -38,6 +40,12 @@ RESULT = "result.json"
 CHECKPOINTS = "checkpoints"
 LOCK = ".lock"
 LOG = "log.txt"  # what the executors capture of a cell's output
+# In a grid folder: the cell ids of the grid as last run or submitted (vitscale grid writes
+# it); a run folder beside them that it does not list is a cell of an earlier version of
+# the grid, read by no count (status, summary, figures, W&B sync) and moved to STALE by
+# ``vitscale grid --prune``.
+GRID_CELLS = "cells.json"
+STALE = ".stale"
 # one process's failure of a multi-process run, written as it fails (record.RankFailure)
 RANK_FAILURE = "failure_rank{rank}.json"
 CHECKPOINT_PREFIX = "step_"  # checkpoints/step_000001200/ (vitscale.train.checkpoint)

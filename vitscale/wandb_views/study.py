@@ -175,9 +175,11 @@ def from_runs(paths: Sequence[str | os.PathLike]) -> Study:
     from ..record.cells import RunFolderError, cell_status, find_run_folders
 
     try:
-        folders, _ = find_run_folders(paths)
+        folders, problems = find_run_folders(paths)
     except FileNotFoundError as e:
         raise StudyError(str(e)) from None
+    for p in [p for p in problems if p.stale]:
+        print(f"note: {p}", file=sys.stderr)
     if not folders:
         raise StudyError(
             f"no run folders (directories with {rf.CONFIG}) under {' '.join(map(str, paths))}"
