@@ -88,15 +88,15 @@ def test_every_problem_is_reported_at_once_and_once():
         extra_checks=lambda cfg: ["resources: too big", "resources: too big"],
     )
     assert [p.split(":")[0] for p in problems] == [
+        "data",  # the data first: what a missing set rules out is not checked against it
+        "eval.finetune",
         "optim.warmup_steps",
         "train.batch_size",
         "eval.finetune.batch_size",  # 512 over 3
-        "data",
-        "eval.finetune",
         "resources",
     ]
-    assert problems[3].startswith(f"data: {FOLDER}: nothing under /nowhere")
-    assert problems[4].startswith("eval.finetune: cifar10: nothing under")
+    assert problems[0].startswith(f"data: {FOLDER}: nothing under /nowhere")
+    assert problems[1].startswith("eval.finetune: cifar10: nothing under")
 
 
 def test_datasets_are_checked_only_when_asked():
@@ -165,3 +165,14 @@ def test_an_own_set_that_cannot_be_read_here_is_said(tmp_path):
     p = plan(config)
     assert p.cell_id == cell_id(p.config) and p.data_content == {}
     assert any("cannot be read here" in note for note in p.notes)
+
+
+def test_a_set_not_on_this_machine_is_a_note_when_planned_away_from_it():
+    """A grid planned for a cluster (a dry-run with a profile) names the sets it cannot see
+    in one note; planned to run here, each is a problem."""
+    config = tiny_config(eval={"fewshot": {"datasets": [FOLDER]}})
+    planned = plan(config, check_data=True, absent_ok=True)
+    (note,) = [n for n in planned.notes if "not on this machine" in n]
+    assert f"not checked here: {FOLDER} (" in note
+    (problem,) = _problems(config, check_data=True)
+    assert FOLDER in problem

@@ -356,8 +356,12 @@ def test_grid_array_survives_requeue_and_resubmits_nothing(
         str(runs),
     ]
 
+    printed = vitscale_ok(capsys, *submit_args, "--dry-run", "--sbatch")
     out = vitscale_ok(capsys, *submit_args)
     assert "3 submit" in out and "submitted 3 cell(s) as job" in out, out
+    # the dry-run's script is the one sbatch got (submitit keeps it beside the logs)
+    (script,) = (runs / "slurm-test").glob("**/*_submission.sh")
+    assert "\n".join(printed.splitlines()[1:]).strip() == script.read_text().strip()
     cells = sorted(p.parent for p in (runs / "slurm-test").glob(f"*/{JOB_FILE}"))
     assert len(cells) == 3
     jobs = {cell: _job_id(cell) for cell in cells}

@@ -80,6 +80,36 @@ def label(value) -> str:
     return str(value)
 
 
+def per_model(frame: pd.DataFrame, hue: str) -> tuple[pd.DataFrame, str]:
+    """``(frame, hue)`` to draw by: lines by a column other than the model are drawn per
+    model too when there are several ("ViT-B/16 lr=0.001"), each in its model's look, never
+    one line averaging families together."""
+    if hue == "model" or "model" not in frame or frame["model"].nunique() < 2:
+        return frame, hue
+    key = hue.rsplit(".", 1)[-1]
+    lines = frame["model"].astype(str) + f" {key}=" + frame[hue].map(label)
+    return frame.assign(model=lines), "model"
+
+
+def model_looks(frame: pd.DataFrame) -> dict:
+    """``{model: dict(label, color, linestyle, marker)}`` in display order: each model's
+    :func:`analysis.style.model_look`; a model that would look like one already drawn (the
+    same model under another setting) gets hollow markers, then a dotted line."""
+    first = frame.drop_duplicates("model").set_index("model")
+    looks: dict = {}
+    for m in hue_order(frame, "model"):
+        look = style.model_look(m, first.at[m, "family"], first.at[m, "size"])
+        same = sum(
+            (v["color"], v["marker"]) == (look["color"], look["marker"]) for v in looks.values()
+        )
+        if same:
+            look["markerfacecolor"] = "white"
+        if same > 1:
+            look["linestyle"] = ":"
+        looks[m] = dict(label=str(m), **look)
+    return looks
+
+
 def line_styles(frame: pd.DataFrame, hue: str) -> dict:
     """``{value: dict(label, color, linestyle, marker)}`` in display order.
 
@@ -91,19 +121,7 @@ def line_styles(frame: pd.DataFrame, hue: str) -> dict:
     """
     values = hue_order(frame, hue)
     if hue == "model":
-        first = frame.drop_duplicates("model").set_index("model")
-        looks: dict = {}
-        for m in values:
-            look = style.model_look(m, first.at[m, "family"], first.at[m, "size"])
-            same = sum(
-                (v["color"], v["marker"]) == (look["color"], look["marker"]) for v in looks.values()
-            )
-            if same:
-                look["markerfacecolor"] = "white"
-            if same > 1:
-                look["linestyle"] = ":"
-            looks[m] = dict(label=str(m), **look)
-        return looks
+        return model_looks(frame)
     colors = style.value_colors(values)
     return {
         v: dict(

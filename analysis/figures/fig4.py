@@ -22,7 +22,7 @@ import pandas as pd
 from .. import metrics as M
 from .. import style
 from ..summary import fig4_steps
-from ._data import aggregate, check_agg, finished, line_styles, log_x
+from ._data import aggregate, check_agg, finished, line_styles, log_x, per_model
 
 SEED_RANGE = "seed-range"  # gid of the error bars' artists
 
@@ -38,7 +38,7 @@ def plot(
 ) -> None:
     """Draw one line per value of ``hue``: ``metric`` (combined by ``agg``) against ``x``."""
     check_agg(agg)
-    data = finished(cells, [metric, x, hue])
+    data, hue = per_model(finished(cells, [metric, x, hue]), hue)
     mixed = "steps" in data and data.groupby([hue, x])["steps"].nunique().max() > 1
     if mixed:  # cells of one point trained for different durations: Fig. 4's duration only
         data = data[data["steps"] == fig4_steps(data)]

@@ -30,7 +30,7 @@ from vitscale.record import finetune_key
 from .. import metrics as M
 from .. import paper, scaling, style
 from ..frontier import pareto_frontier
-from ._data import finished, hue_order, log_x, two_lines
+from ._data import finished, hue_order, log_x, model_looks, two_lines
 
 X = "exaflops"
 SEED_RANGE = "seed-range"  # gid of the error bars' artists
@@ -82,9 +82,7 @@ def _looks(panels: Sequence[Panel], hue: str) -> tuple[dict, dict[str, dict]]:
         done = finished(p.frame, [h, "size", "model"])
         for value, color in _colors(hue_order(done, h), h).items():
             colors.setdefault(value, color)
-        first = done.drop_duplicates("model").set_index("model")
-        for m in hue_order(done, "model"):
-            look = style.model_look(m, first.at[m, "family"], first.at[m, "size"])
+        for m, look in model_looks(done).items():
             if h != "family":  # coloured by another column: the marker alone is the model's
                 look["color"] = "0.3"
             models.setdefault(m, look)
@@ -127,7 +125,7 @@ def _points(ax, data, metric, hue, colors, models, *, gid, hollow=False, ringed=
             y,
             marker=look["marker"],
             s=18 if hollow else 26 if ringed else 16,
-            facecolors="none" if hollow else color,
+            facecolors="none" if hollow else look.get("markerfacecolor", color),
             edgecolors="black" if ringed else color,
             linewidths=0.8 if hollow or ringed else 0.4,
             zorder=2 if hollow else 5 if ringed else 3,

@@ -19,7 +19,7 @@ from vitscale.record import EXAMPLES_SEEN
 
 from .. import metrics as M
 from .. import style
-from ._data import aggregate, check_agg, line_styles, log_x, require
+from ._data import aggregate, check_agg, line_styles, log_x, per_model, require
 
 _MAX_COLUMNS = 4  # panels per row
 _SHORT_X = {M.axis_label(EXAMPLES_SEEN): "Examples seen"}
@@ -37,7 +37,7 @@ def plot(
     """Draw ``metric`` against ``x`` (examples seen, log axis), one line per ``hue`` value."""
     check_agg(agg)
     require(history, [metric, x, hue])
-    data = history.dropna(subset=[metric, x, hue])
+    data, hue = per_model(history.dropna(subset=[metric, x, hue]), hue)
     points = aggregate(data, [hue, x], metric, agg)
     for value, look in line_styles(data, hue).items():
         line = points[points[hue] == value]
@@ -69,6 +69,10 @@ def figure(history: pd.DataFrame, *, metric: str, hue: str = "model", agg: str =
             handles |= dict(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
         for ax in axes[len(panels) :]:
             ax.set_visible(False)
+        shown = axes[: len(panels)]
+        low, high = min(ax.get_ylim()[0] for ax in shown), max(ax.get_ylim()[1] for ax in shown)
+        for ax in shown:  # one y-axis: panels compare at a glance
+            ax.set_ylim(low, high)
         if len(panels) > 1:  # narrow panels: short x labels, a y label per row
             for i, ax in enumerate(axes):
                 ax.set_xlabel(_SHORT_X.get(ax.get_xlabel(), ax.get_xlabel()))

@@ -142,12 +142,17 @@ def test_fig4_generic_grouping_and_aggregate(cells):
     fig, ax = plt.subplots()
     fig4.plot(ax, cells, metric=SHAPES5, x="examples_seen", hue="config.train.steps", agg="max")
     lines = {ln.get_label(): ln for ln in _lines(ax)}
-    assert list(lines) == ["40", "80"]
+    # one line per model and value, in the model's look: never an average over families
+    assert list(lines) == [f"{m} steps={s}" for m in MODELS for s in (40, 80)]
     done = cells[cells["status"] == "done"]
-    for steps, line in lines.items():
-        rows = done[done["config.train.steps"] == int(steps)]
+    for label, line in lines.items():
+        model, steps = label.split(" steps=")
+        rows = done[(done["config.train.steps"] == int(steps)) & (done["model"] == model)]
         assert len(line.get_xdata()) == rows["examples_seen"].nunique() == 1
         assert line.get_ydata()[0] == pytest.approx(rows[SHAPES5].max())
+    first, second = lines["ViT-Pico/4 steps=40"], lines["ViT-Pico/4 steps=80"]
+    assert first.get_color() == second.get_color() != lines["BiT-R11x0.5 steps=40"].get_color()
+    assert second.get_markerfacecolor() == "white" != first.get_markerfacecolor()
     with pytest.raises(ValueError, match="valid: mean, median, max, min"):
         fig4.plot(ax, cells, metric=SHAPES5, agg="best")
     with pytest.raises(ValueError, match="no column"):
@@ -280,6 +285,7 @@ def test_curves_one_panel_per_subset(cells):
         means = pico.groupby("examples_seen")[SHAPES5].mean()
         assert list(line.get_xdata()) == list(means.index)
         assert list(line.get_ydata()) == pytest.approx(list(means))
+    assert len({ax.get_ylim() for ax in axes}) == 1  # one y-axis across the panels
     one = training_curves.figure(history[history["num_examples"] == SUBSETS[0]], metric=SHAPES5)
     assert [ax.get_title() for ax in one.axes if ax.get_visible()] == [""]
 
@@ -470,3 +476,17 @@ def test_crossovers_say_which_pair_crossed():
         ahead, behind = (a, b) if c.leader == "a" else (b, a)
         assert f"{ahead} passes {behind}" in labels
     plt.close(fig)
+
+
+def test_two_settings_of_one_model_look_apart_in_fig5(cells):
+    """Two learning rates of one model share its colour and marker; the second is hollow
+    (as its Fig. 4 line is), so neither hides the other."""
+    vit = cells[(cells["model"] == "ViT-Pico/4") & (cells["status"] == "done")]
+    two = pd.concat(
+        [vit.assign(model="ViT-Pico/4 lr=0.001"), vit.assign(model="ViT-Pico/4 lr=0.003")]
+    )
+    fig = fig5.figure([fig5.Panel(two, SHAPES5, "shapes")])
+    points = {c.get_label(): c for ax in fig.axes for c in _points(ax, "points")}
+    first, second = points["ViT-Pico/4 lr=0.001"], points["ViT-Pico/4 lr=0.003"]
+    assert to_hex(first.get_edgecolor()[0]) == to_hex(second.get_edgecolor()[0])
+    assert to_hex(second.get_facecolor()[0]) == "#ffffff" != to_hex(first.get_facecolor()[0])

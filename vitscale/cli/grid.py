@@ -40,6 +40,12 @@ def configure_grid(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--runs", default="runs", help="root of the run folders (default: runs)")
     p.add_argument(
+        "--sbatch",
+        action="store_true",
+        help="with --dry-run --profile: print the sbatch script of each job array it would "
+        "submit, instead of the table",
+    )
+    p.add_argument(
         "--prune",
         action="store_true",
         help="move the cells of an earlier version of this grid (run folders in its folder "
@@ -88,6 +94,7 @@ def run_grid(args: argparse.Namespace) -> int:
             retry_failed=args.retry_failed,
             verify=args.verify,
             prune=args.prune,
+            sbatch=args.sbatch,
         )
 
 

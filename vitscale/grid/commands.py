@@ -448,12 +448,17 @@ def grid(
     retry_failed: bool = False,
     verify: bool = False,
     prune: bool = False,
+    sbatch: bool = False,
 ) -> int:
     for flag, value in (("--workers", workers), ("--processes", processes)):
         if value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
     if stop_timeout is not None and not 0 <= stop_timeout < float("inf"):
         raise ValueError(f"--stop-timeout must be a number of seconds >= 0, got {stop_timeout}")
+    if sbatch and (not dry_run or not profile_path):
+        raise ValueError(
+            "--sbatch prints the job scripts of a dry-run: give --dry-run --profile NAME"
+        )
     profile = load_profile(profile_path) if profile_path else None
     if executor == "slurm" and profile is None and not dry_run:
         raise ValueError(
@@ -483,6 +488,10 @@ def grid(
         print(f"warning: {problem}", file=sys.stderr)
     if prune:
         return actions.prune(g, runs_root, dry_run=dry_run)
+    if sbatch:
+        from . import slurm
+
+        return slurm.print_scripts(g, runs_root=runs_root, profile=profile)
     if dry_run:
         return print_dry_run(g, runs_root, profile, as_json=as_json, retry_failed=retry_failed)
     actions.write_cells(g, runs_root)

@@ -420,12 +420,7 @@ def submit(grid: Grid, *, runs_root: Path, profile: Profile, retry_failed: bool 
     ]:
         if after is not None:  # a trunk submitted now, or queued by an earlier submission
             after = jobs.get(after) or read_job(runs_root / grid.name / after)["job_id"]
-        groups: dict[Shape, list[Planned]] = {}
-        for p in items:
-            where = f"{grid.path}: block {p.cell.block!r}: resources"
-            shape = shape_for(grid.resources_for(p.cell), profile, where=where)
-            groups.setdefault(shape, []).append(p)
-        for shape, group in groups.items():
+        for shape, group in _by_shape(grid, items, profile).items():
             ids = submit_cells(
                 group, shape, profile, folder=folder, job_name=grid.name, after=after
             )
@@ -442,6 +437,34 @@ def submit(grid: Grid, *, runs_root: Path, profile: Profile, retry_failed: bool 
     if hint:
         print(f"error: {hint}", file=sys.stderr)
     return 1 if hint else 0
+
+
+def _by_shape(grid: Grid, items: list[Planned], profile: Profile) -> dict[Shape, list[Planned]]:
+    """The cells of each SLURM request: one job array each."""
+    groups: dict[Shape, list[Planned]] = {}
+    for p in items:
+        where = f"{grid.path}: block {p.cell.block!r}: resources"
+        groups.setdefault(shape_for(grid.resources_for(p.cell), profile, where=where), []).append(p)
+    return groups
+
+
+def print_scripts(grid: Grid, *, runs_root: Path, profile: Profile) -> int:
+    """``vitscale grid FILE --dry-run --sbatch``: the script ``sbatch`` would get for each
+    job array of the cells to submit, as submitit writes it (asked of submitit, not
+    copied; a branch's array adds its ``--dependency`` on its trunk's job when submitted)."""
+    import submitit
+
+    todo = [p for p in decide(grid, runs_root, is_queued=is_queued) if p.action == "submit"]
+    folder = (runs_root / grid.name / SLURM_FOLDER).resolve()
+    for shape, group in _by_shape(grid, todo, profile).items():
+        executor = submitit.SlurmExecutor(folder=folder / "%j")
+        executor.update_parameters(**executor_parameters(shape, profile, job_name=grid.name))
+        executor.parameters["map_count"] = len(group)
+        print(f"# {len(group)} cell(s): {', '.join(p.cell.id for p in group)}; {shape.describe()}")
+        print(executor._make_submission_file_text(executor._submitit_command_str, uid=""))
+    if not todo:
+        print("nothing to submit")
+    return 0
 
 
 def _trunk_to_wait_for(grid: Grid, item: Planned, todo: list[Planned], runs_root: Path) -> bool:
