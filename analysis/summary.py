@@ -351,6 +351,19 @@ def _by_subset(fig4: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index", columns=columns).sort_index()
 
 
+def _measured(done: pd.DataFrame, metric: str, settings: str) -> tuple[pd.DataFrame, list, list]:
+    """The finished cells with a value of ``metric``, one setting or each kept apart
+    (:func:`analysis.settings.apply`), with their duration in steps."""
+    done = done[done[metric].notna() & done["num_examples"].notna()].copy()
+    if done.empty:
+        raise ValueError(f"no finished cell has a value of {metric!r}")
+    done, differing, chosen = S.apply(done, select=settings, metric=metric)
+    if "steps" not in done.columns or done["steps"].isna().all():
+        done["steps"] = 0  # cells from sources without a duration: one duration
+    done["steps"] = done["steps"].fillna(0).astype(int)
+    return done, differing, chosen
+
+
 def _frontier(cells: pd.DataFrame) -> pd.DataFrame:
     """Every (model, duration) at the largest subset, with its family-frontier flag."""
     largest = cells[cells.num_examples == cells.num_examples.max()]
@@ -460,20 +473,15 @@ def summarise(
             raise ValueError(
                 f"no column {metric!r}; metrics: {valid}, or 'average(a, b, ...)' of them"
             ) from None
-    done = done[done[metric].notna() & done["num_examples"].notna()].copy()
-    if done.empty:
-        raise ValueError(f"no finished cell has a value of {metric!r}")
-    done, differing, chosen = S.apply(done, select=settings, metric=metric)
-    if "steps" not in done.columns or done["steps"].isna().all():
-        done["steps"] = 0  # cells from sources without a duration: one duration
-    done["steps"] = done["steps"].fillna(0).astype(int)
+    finished = done
+    done, differing, chosen = _measured(finished, metric, settings)
     cells = _cells(done, metric)
     steps = fig4_steps(cells)
     fig4 = cells[cells.steps == steps]
     by_model = fig4.pivot_table(index="model", columns="num_examples", values="mean")
-    compute, on = (done, metric) if given else M.compute_metric(done, shots=shots)
-    compute = compute[compute[on].notna()]
-    frontier = _frontier(_cells(compute, on) if on != metric else cells)
+    # the frontiers read every cell with a value of theirs, not only those with the data view's
+    compute, on = (finished, metric) if given else M.compute_metric(finished, shots=shots)
+    frontier = _frontier(cells if on == metric else _cells(_measured(compute, on, settings)[0], on))
     return Summary(
         metric=metric,
         steps=steps,

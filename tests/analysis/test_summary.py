@@ -357,3 +357,19 @@ def test_the_compute_lines_read_fig5s_metric_and_name_it():
     fewshot = summarise(frame, metric=A)  # a metric given: both sections read it
     assert fewshot.compute_metric == A
     assert "ResNet" not in {seg["leader"] for seg in fewshot.comparison["segments"]}
+
+
+def test_the_frontiers_read_every_cell_with_a_value_of_their_metric():
+    """A cell fine-tuned but never evaluated few-shot is on Fig. 5 (fine-tuned accuracy):
+    the summary's frontier holds it too, though its data section cannot."""
+    from vitscale.record import finetune_key
+
+    tuned = finetune_key("synthetic-glyphs")
+    frame = _frame({("ViT-Pico/4", 1000, s): 50 + s / 10 for s in (100, 200, 300)})
+    frame[tuned] = frame[A]
+    extra = frame[frame["steps"] == 300].assign(steps=400, exaflops=8.0)
+    extra[[A, B]] = np.nan  # evaluated only after fine-tuning
+    extra[tuned] = 90.0
+    s = summarise(pd.concat([frame, extra], ignore_index=True))
+    assert 400 not in set(s.cells["steps"])  # the data section: few-shot cells only
+    assert s.frontier.loc[s.frontier["steps"] == 400, "mean"].tolist() == [90.0]
