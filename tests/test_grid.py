@@ -4,6 +4,7 @@ executor, resubmission, retries, the cell lock and `vitscale status`."""
 from __future__ import annotations
 
 import json
+import math
 import random
 import shutil
 from pathlib import Path
@@ -459,15 +460,56 @@ def test_the_preemption_window_holds_the_largest_cells_checkpoint(tmp_path, caps
 
 
 def test_the_dry_run_shows_what_each_cell_asks_slurm_for(tmp_path, capsys):
-    """With a profile: nodes x GPUs per node and time per cell, and a line saying when a
-    cell asks for the profile's whole node and time limit because the grid sets none."""
+    """With a profile: nodes x GPUs per node and time per cell. A cell the grid gives no
+    gpus or time asks for the fewest GPUs and the time its estimate allows (~, with a line
+    saying how); where the estimate is only assumed, the whole node for the limit (*)."""
     whole = _write(tmp_path, _tiny_grid())
     assert main(["grid", str(whole), "--dry-run", "--profile", "h100x8"]) == 0
     out = capsys.readouterr().out
-    assert out.count("1x8 GPU 48:00h*") == 2 and "\nrequest: nodes x GPUs per node" in out
+    assert "family  " in out  # a speed measured on the ViT family sizes it
+    # 1.5 x its (tiny) estimate + 15 min to start + h100x8's 600 s signal delay: 26 min
+    assert out.count("1x1 GPU 0:26h~") == 2 and "\nrequest: nodes x GPUs per node" in out
+    assert "\n  ~: the grid gives no gpus or no time: the fewest GPUs" in out
+    fp32 = ["--set", "train.precision=fp32"]  # no speed measured in fp32 on any GPU
+    assert main(["grid", str(whole), "--dry-run", "--profile", "h100x8", *fp32]) == 0
+    out = capsys.readouterr().out
+    assert out.count("1x8 GPU 48:00h*") == 2 and "\n  *: the grid gives no gpus" in out
     sized = _write(tmp_path, _tiny_grid(resources={"ViT": {"gpus": 2, "time": "02:30:00"}}))
     assert main(["grid", str(sized), "--dry-run", "--profile", "h100x8", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["cells"]
     assert [r["request"] for r in rows] == [
         {"nodes": 1, "gpus_per_node": 2, "time_min": 150, "from": "grid"}
     ] * 2
+
+
+def test_a_cell_without_resources_asks_for_the_fewest_gpus_its_estimate_allows(tmp_path, capsys):
+    """ViT-B/16 at 224 px in bf16 has a speed measured on h100x8's GPU: each cell asks for
+    the fewest GPUs of the node that finish it within the 4 h the grid gives, at 1.5x its
+    estimate plus 15 min and the profile's 600 s signal delay."""
+    grid = {
+        "name": "sized",
+        "base": tiny_config(
+            data={"image_size": 224, "subset": None},
+            model={"name": "ViT-B/16"},
+            train={"batch_size": 512, "precision": "bf16"},
+            eval={"fewshot": {"datasets": []}, "upstream": {"examples": 0}},
+        ),
+        "axes": {"train.steps": [200, 20_000, 200_000]},
+        "resources": {"ViT-B/16": {"time": "04:00:00"}},
+    }
+    assert (
+        main(["grid", str(_write(tmp_path, grid)), "--dry-run", "--profile", "h100x8", "--json"])
+        == 0
+    )
+    cells = json.loads(capsys.readouterr().out)["cells"]
+    assert {c["gpu_hours_basis"] for c in cells} == {"measured"}
+
+    def minutes(c, gpus):
+        return math.ceil(c["gpu_hours"] * 1.5 * 60 / gpus + 15 + 600 / 60)
+
+    for c in cells:
+        r = c["request"]
+        assert r["from"] == "sized" and r["time_min"] == 240  # the grid's time stands
+        assert minutes(c, r["gpus_per_node"]) <= 240
+        assert all(minutes(c, g) > 240 for g in (1, 2, 4, 8) if g < r["gpus_per_node"])
+    assert [c["request"]["gpus_per_node"] for c in cells] == [1, 1, 8]

@@ -13,7 +13,7 @@ from ..plan import recipe_notes
 from . import actions
 from .actions import decide, headline, retry_hint
 from .calibration import ASSUMED, BASES, ESTIMATED, FAMILY, MEASURED
-from .cost import CellCost, cell_cost
+from .cost import SAFETY, START_MIN, CellCost, cell_cost, size_requests
 from .placement import Placement, apply_placements, place_grid
 from .profile import Profile, SlurmError, load_profile, shape_for
 from .spec import Grid, GridError, load_grid
@@ -124,12 +124,21 @@ def _legend(grid, planned, rows, costs, total, est, profile, fits, runs_root, ta
     )
     if warning := _estimated_warning(costs, est):
         print(warning)
-    if profile and any(r["request"] and r["request"]["from"] != "grid" for r in rows):
+    asked = {r["request"]["from"] for r in rows if r["request"]} if profile else set()
+    if asked - {"grid"}:
+        print("request: nodes x GPUs per node and time per job, the grid's resources: {gpus, time}")
+    if "sized" in asked:
         print(
-            "request: nodes x GPUs per node and time per job; *: the grid's resources give "
-            "the cell no gpus or no time, so it asks for every GPU of its nodes or the "
-            "profile's time limit (a memory and time estimate does not size it yet): set "
-            "resources: {gpus: N, time: 'HH:MM:SS'} in the grid to ask for less"
+            f"  ~: the grid gives no gpus or no time: the fewest GPUs that finish the cell in one "
+            f"time limit at {SAFETY:g}x its GPU-hour estimate, + {START_MIN} min to start and "
+            "the profile's signal delay (a short estimate costs a requeue: the cell resumes)"
+        )
+    if "profile" in asked:
+        print(
+            "  *: the grid gives no gpus or no time and the estimate cannot size it (no speed "
+            "measured on any GPU, or no count of GPUs finishes it in one time limit): every "
+            "GPU of its nodes for the profile's time limit; set resources: {gpus: N, time: "
+            "'HH:MM:SS'} in the grid to ask for less"
         )
     if profile:
         longest = max(costs, key=lambda c: c.slices or 0)
@@ -320,7 +329,13 @@ def _request(grid: Grid, cost: CellCost, profile: Profile) -> dict | None:
         shape = shape_for(resources, profile)
     except SlurmError:  # said with the grid's problems
         return None
-    given = "grid" if {"gpus", "time"} <= set(resources) else "profile"  # a whole node, its limit
+    given = (
+        "sized"  # from its estimate (cost.size_requests)
+        if cost.cell.id in grid.sized
+        else "grid"
+        if {"gpus", "time"} <= set(resources)
+        else "profile"  # a whole node, its limit
+    )
     return {"nodes": shape.nodes, "gpus_per_node": shape.gpus_per_node,
             "time_min": shape.time_min, "from": given}  # fmt: skip
 
@@ -330,7 +345,7 @@ def _asked(request: dict | None) -> str:
         return "-"
     hours, minutes = divmod(request["time_min"], 60)
     gpus = f"{request['nodes']}x{request['gpus_per_node']} GPU"
-    return f"{gpus} {hours}:{minutes:02d}h" + ("*" if request["from"] != "grid" else " ")
+    return f"{gpus} {hours}:{minutes:02d}h" + {"grid": " ", "sized": "~"}.get(request["from"], "*")
 
 
 def _nodes(grid: Grid, cost: CellCost) -> int:
@@ -486,6 +501,8 @@ def grid(
         if executor == "slurm" and not dry_run:
             raise GridError([problem])
         print(f"warning: {problem}", file=sys.stderr)
+    if profile is not None:
+        g.sized = size_requests(g, profile)
     if prune:
         return actions.prune(g, runs_root, dry_run=dry_run)
     if sbatch:

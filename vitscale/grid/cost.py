@@ -10,7 +10,8 @@ measured on it, from its family's measurements, estimated from another GPU's by 
 peaks, or the profile's assumed FLOP/s; each cell says which). Few-shot and upstream
 evaluation are not counted. On a cluster, a cell's wall-clock hours are its GPU-hours over
 its GPUs (perfect scaling), its node-hours those times its nodes, and its slices the jobs
-it runs as, one per time limit (it checkpoints and requeues).
+it runs as, one per time limit (it checkpoints and requeues). A cell the grid gives no
+``gpus`` or no ``time`` asks for the least its estimate allows (:func:`size_requests`).
 
 A branch (docs/schedules.md) embodies its whole run's compute (Fig. 5's x) but spends only
 its cooldown's: the steps before it are its trunk's, trained once for every branch.
@@ -22,12 +23,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..config.rules import launch_problems
 from ..data.registry import finetune_sweep
 from ..flops import count
 from .calibration import ASSUMED, images_per_s
 from .placement import num_classes
 from .profile import Profile, parse_time
-from .spec import Cell
+from .spec import Cell, Grid
 
 
 @dataclass(frozen=True)
@@ -125,3 +127,39 @@ def cell_cost(
     return CellCost(
         cell, n, steps, examples, exaflops, ft, hours, basis, gpu, node_hours, slices, shared
     )
+
+
+# A sized request's time: the estimate times this, plus the start (imports, data, the
+# checkpoint it resumes from) and the profile's signal delay (the checkpoint before the
+# kill). An estimate that is short costs a requeue, not the run: the cell resumes.
+SAFETY = 1.5
+START_MIN = 15
+
+
+def size_requests(grid: Grid, profile: Profile) -> dict[str, dict[str, Any]]:
+    """``{cell id: {"gpus": g, "time": minutes}}`` for the cells whose grid ``resources``
+    give no ``gpus`` or no ``time``: the fewest GPUs of its nodes (a launch the cell's
+    batches split over) that finish it within one time limit at :data:`SAFETY` x its
+    GPU-hour estimate, and that time; none where the estimate is only assumed (no speed
+    measured on any GPU: the whole node for the limit, as the dry-run says) or where no
+    count of GPUs finishes it in one limit (every GPU of its nodes, slices)."""
+    sized: dict[str, dict[str, Any]] = {}
+    for cell in grid.cells:
+        given = grid.resources_for(cell)
+        if {"gpus", "time"} <= set(given) or not profile.gpus_per_node:
+            continue
+        cost = cell_cost(cell, profile, resources=given)
+        if cost.gpu_hours is None or cost.basis == ASSUMED:
+            continue
+        nodes = int(given.get("nodes", 1))
+        most = int(given.get("gpus", profile.gpus_per_node * nodes))
+        counts = [most] if "gpus" in given else [g for g in range(nodes, most + 1) if most % g == 0]
+        limit = min(parse_time(given.get("time", profile.time_limit)), profile.time_limit_min)
+        for gpus in counts:
+            minutes = math.ceil(
+                cost.gpu_hours * SAFETY * 60 / gpus + START_MIN + profile.signal_delay_s / 60
+            )
+            if gpus % nodes == 0 and minutes <= limit and not launch_problems(cell.config, gpus):
+                sized[cell.id] = {"gpus": gpus} | ({} if "time" in given else {"time": minutes})
+                break
+    return sized

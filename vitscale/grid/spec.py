@@ -99,9 +99,12 @@ class Grid:
     resources: dict[str, dict[str, Any]] = field(default_factory=dict)
     description: str = ""
     families: list[Family] = field(default_factory=list)  # trunks and their branches
+    # cell id -> the gpus and time sized from its estimate where the grid gives none
+    # (vitscale.grid.cost.size_requests); what the grid gives wins
+    sized: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def resources_for(self, cell: Cell) -> dict[str, Any]:
-        return _resources_for(self.resources, cell.config.model.name)
+        return self.sized.get(cell.id, {}) | _resources_for(self.resources, cell.config.model.name)
 
     def problems_on(self, profile: Profile) -> list[str]:
         """What submitting this grid to ``profile`` would refuse (:func:`resource_problems`)."""
