@@ -354,11 +354,4 @@ def _curves(done, fewshot: list[str], o: FigureOptions, history: Callable | None
         written += training_curves.write(
             steps, o.out, metric=metric, hue=o.group_by, agg=o.agg, formats=o.formats
         )
-    if written:
-        print(
-            f"note: the curves draw the {o.agg} over seeds at each evaluation; Fig. 4 and the "
-            "summary read each seed's best value (the paper's early stopping), then their mean: "
-            "the mean of the bests is at least the curve's highest point",
-            file=sys.stderr,
-        )
     return written

@@ -133,9 +133,18 @@ def test_the_dry_run_reads_the_data_and_says_each_problem_once(study):
         data={"dataset": "imagefolder:shapez"},
         eval={"fewshot.datasets": [*fewshot["datasets"], "imagefolder:transfer"]},
     )
+    axes = yaml.safe_load((study / gone).read_text())  # an axis under data: blamed on base
+    axes["axes"]["data.subset"] = [8, 16]
+    (study / gone).write_text(yaml.safe_dump(axes))
     big = _variant(study, "big", data={"subset": 400}, eval={"fewshot.shots": [1, 9]})
     for grid, said in (
-        (gone, ["data: imagefolder:shapez: nothing under", "imagefolder:transfer: nothing under"]),
+        (
+            gone,
+            [
+                "gone.yaml: base: data.dataset: imagefolder:shapez: nothing under",
+                "gone.yaml: base: eval.fewshot.datasets: imagefolder:transfer: nothing under",
+            ],
+        ),
         (big, ["data.subset: 400 asks for more examples than", "9-shot needs 9 train examples"]),
     ):
         done = _cli("grid", grid, "--dry-run", cwd=study)

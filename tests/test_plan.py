@@ -88,22 +88,22 @@ def test_every_problem_is_reported_at_once_and_once():
         extra_checks=lambda cfg: ["resources: too big", "resources: too big"],
     )
     assert [p.split(":")[0] for p in problems] == [
-        "data",  # the data first: what a missing set rules out is not checked against it
-        "eval.finetune",
+        "data.dataset",  # the data first: what a missing set rules out is not checked
+        "eval.finetune.datasets",
         "optim.warmup_steps",
         "train.batch_size",
         "eval.finetune.batch_size",  # 512 over 3
         "resources",
     ]
-    assert problems[0].startswith(f"data: {FOLDER}: nothing under /nowhere")
-    assert problems[1].startswith("eval.finetune: cifar10: nothing under")
+    assert problems[0].startswith(f"data.dataset: {FOLDER}: nothing under /nowhere")
+    assert problems[1].startswith("eval.finetune.datasets: cifar10: nothing under")
 
 
 def test_datasets_are_checked_only_when_asked():
     config = tiny_config(eval={"fewshot": {"datasets": [FOLDER]}})
     assert plan(config).cell_id
     (problem,) = _problems(config, check_data=True)
-    assert problem.startswith(f"eval.fewshot: {FOLDER}: nothing under /nowhere")
+    assert problem.startswith(f"eval.fewshot.datasets: {FOLDER}: nothing under /nowhere")
 
 
 def test_a_subset_the_set_cannot_hold_names_the_file():

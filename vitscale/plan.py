@@ -191,9 +191,9 @@ def _datasets(cfg: Config) -> list[tuple[str, str]]:
     """``(key, name)`` of every dataset the run reads: pre-training, few-shot, fine-tuning."""
     e = cfg.eval
     return [
-        ("data", cfg.data.dataset),
-        *(("eval.fewshot", name) for name in e.fewshot.datasets),
-        *(("eval.finetune", name) for name in e.finetune.datasets),
+        ("data.dataset", cfg.data.dataset),
+        *(("eval.fewshot.datasets", name) for name in e.fewshot.datasets),
+        *(("eval.finetune.datasets", name) for name in e.finetune.datasets),
     ]
 
 

@@ -44,7 +44,8 @@ def plot(
         ax.plot(line[x].to_numpy(), line[metric].to_numpy(), markersize=3, **look)
     log_x(ax, points[x])
     ax.set_xlabel(M.axis_label(x))
-    ax.set_ylabel(M.label(metric))
+    # per evaluation, across seeds: below Fig. 4's value, each seed's best and then their mean
+    ax.set_ylabel(f"{M.label(metric)}, {agg} of seeds")
 
 
 def figure(history: pd.DataFrame, *, metric: str, hue: str = "model", agg: str = "mean"):
