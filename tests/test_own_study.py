@@ -246,3 +246,17 @@ def test_two_learning_rates_are_two_settings_of_two_seeds_never_four(study, ran)
     assert json.loads(summary.stdout)["settings"]["differing_keys"] == ["optim.lr"]
     best = _cli("summary", "runs/mine", "--settings", "best", cwd=study).stdout
     assert "best of 2 lr settings" in best
+
+
+def test_the_summary_fig5_and_table6_read_one_named_metric(study, ran):
+    """The compute views read one metric, decided in one place, and each names it."""
+    frontiers = [
+        line
+        for line in _cli("summary", "runs/mine", cwd=study).stdout.splitlines()
+        if "compute frontier" in line
+    ]
+    assert frontiers and all("(shapes 5-shot accuracy" in line for line in frontiers)
+    drawn = _cli("figures", "runs/mine", "--out", "figs", cwd=study)
+    assert drawn.returncode == 0, drawn.stderr
+    table = (study / "figs" / "table6.md").read_text()
+    assert "shapes 5-shot accuracy" in table.splitlines()[0], table
