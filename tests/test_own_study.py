@@ -155,8 +155,8 @@ def test_the_dry_run_reads_the_data_and_says_each_problem_once(study):
     # with a cluster profile the grid is planned away from its data: one note names the sets
     away = _cli("grid", gone, "--dry-run", "--profile", "h100x8", cwd=study)
     assert away.returncode == 0, away.stderr
-    (note,) = [line for line in away.stderr.splitlines() if "not on this machine" in line]
-    assert "imagefolder:shapez, imagefolder:transfer" in note
+    notes = [line for line in away.stderr.splitlines() if "not on this machine" in line]
+    assert [n.split()[1] for n in notes] == ["imagefolder:shapez", "imagefolder:transfer"]
 
 
 def test_the_dry_run_says_what_the_set_holds_and_verify_finds_the_bad_file(ran):
@@ -222,7 +222,7 @@ def test_status_labels_each_setting_and_shows_the_own_sets_accuracy(study, ran):
     assert "8 cells" not in status.stdout and "4 cells: 4 done" in status.stdout
     (note,) = [line for line in status.stdout.splitlines() if line.startswith("note: ")]
     assert "4 cell(s) from an earlier version of this grid, not counted" in note
-    assert "`vitscale grid grid.yaml --prune`" in note
+    assert f"`vitscale grid {study / 'grid.yaml'} --prune`" in note
 
 
 def test_prune_moves_the_earlier_versions_cells_aside(study, ran):
@@ -235,6 +235,23 @@ def test_prune_moves_the_earlier_versions_cells_aside(study, ran):
     assert len(list((study / "runs" / "mine" / ".stale").iterdir())) == 4  # kept, aside
     status = _cli("status", "runs/mine", cwd=study)
     assert "4 cells: 4 done" in status.stdout and "note:" not in status.stdout
+
+
+def test_a_variant_of_the_grid_run_beside_it_hides_none_of_its_cells(study, ran):
+    """Another file of the same name, or the grid with --set, run into the same folder:
+    its cells are its own version's, and the grid's cells still count."""
+    variant = _variant(study, "variant", train={"steps": 2})
+    (study / "other").mkdir(exist_ok=True)
+    other = study / "other" / "grid.yaml"
+    other.write_text((study / variant).read_text())
+    for args in (("--set", "train.steps=3"), ()):
+        ran = _cli("grid", str(other), "--runs", "runs", *args, cwd=study)
+        assert ran.returncode == 0, ran.stderr
+    status = _cli("status", "runs/mine", cwd=study)
+    assert "12 cells: 12 done" in status.stdout and "note:" not in status.stdout
+    assert _cli("grid", "grid.yaml", "--runs", "runs", "--prune", cwd=study).stdout.startswith(
+        "moved 0 cell(s)"
+    )
 
 
 def test_two_learning_rates_are_two_settings_of_two_seeds_never_four(study, ran):

@@ -173,6 +173,36 @@ def test_a_set_not_on_this_machine_is_a_note_when_planned_away_from_it():
     config = tiny_config(eval={"fewshot": {"datasets": [FOLDER]}})
     planned = plan(config, check_data=True, absent_ok=True)
     (note,) = [n for n in planned.notes if "not on this machine" in n]
-    assert f"not checked here: {FOLDER} (" in note
+    assert note.startswith(f"{FOLDER} is not on this machine, so not checked here")
     (problem,) = _problems(config, check_data=True)
     assert FOLDER in problem
+
+
+def test_a_set_is_read_and_verified_once_per_process_while_unchanged(tmp_path, monkeypatch):
+    """A grid plans every cell: an own set's file list is read, and with verify its images
+    decoded, once; a file added makes it read again."""
+    from vitscale.data import build
+
+    from .helpers.datasets import write_image_tree
+
+    tree = write_image_tree(tmp_path / "own", ["a", "b"], {"train": 6, "test": 2})
+    own = f"imagefolder:{tree}"
+    calls = []
+
+    def counted(real, name):
+        def call(dataset, **kw):
+            calls.extend([name] if dataset == own else [])
+            return real(dataset, **kw)
+
+        return call
+
+    for name in ("describe_dataset", "verify_dataset"):
+        monkeypatch.setattr(build, name, counted(getattr(build, name), name))
+    for seed in (0, 1, 2):
+        config = tiny_config(seed=seed, data={"dataset": own, "subset": None})
+        plan(config, check_data=True, verify=True)
+    assert calls == ["describe_dataset", "verify_dataset"]
+    image = next((tree / "train" / "a").iterdir())
+    (tree / "train" / "a" / "new.jpg").write_bytes(image.read_bytes())
+    plan(config, check_data=True, verify=True)
+    assert calls[2:] == ["describe_dataset", "verify_dataset"]

@@ -72,6 +72,7 @@ def plan(
     num_processes: Launch = None,
     check_data: bool = False,
     absent_ok: bool = False,
+    absent_hint: str = "",
     verify: bool = False,
     extra_checks: Callable[[Config], list[str]] | None = None,
 ) -> Plan:
@@ -82,7 +83,7 @@ def plan(
     known yet. ``check_data``: every dataset (pre-training, few-shot, fine-tuning) is
     there and an own folder set's file list is read (:func:`_read_sets`); ``absent_ok``: a
     set that is not on this machine is a note, not a problem (a grid planned for a cluster
-    away from it); ``verify``: every image of a set on disk decodes. ``extra_checks``: the
+    away from it; ``absent_hint`` is added to each such problem otherwise); ``verify``: every image of a set on disk decodes. ``extra_checks``: the
     caller's own checks of the resolved config (the grid's: a cell's resources on the
     cluster profile), reported with the rest.
     """
@@ -90,9 +91,10 @@ def plan(
     cfg, problems, from_recipe = validate(config, overrides=overrides)
     if problems:  # the rest needs valid values
         raise ConfigError(_name_recipe(problems, cfg, from_recipe), source)
-    sets, problems, absent = _read_sets(cfg, verify=verify) if check_data else ({}, [], {})
+    prints = {name: fingerprint(name) for _, name in _datasets(cfg)}  # once: a walk each
+    sets, problems, absent = _read_sets(cfg, prints, verify=verify) if check_data else ({}, [], {})
     if absent and not absent_ok:
-        problems, absent = [*absent.values(), *problems], {}
+        problems, absent = [f"{m}{absent_hint}" for m in absent.values()] + problems, {}
     read = sets.get(cfg.data.dataset)
     size = read["splits"]["train"] if read else dataset_size(cfg)
     num_examples, subset_problems = subset_checks(cfg, dataset_size=size)
@@ -104,17 +106,18 @@ def plan(
     if problems:
         problems = _name_recipe(list(dict.fromkeys(problems)), cfg, from_recipe)
         raise ConfigError(problems, source)
-    content, unread = (recorded, []) if recorded is not None else _fingerprints(cfg)
+    content, unread = (recorded, []) if recorded is not None else _fingerprints(cfg, prints)
     notes += tuple(
         f"{name} cannot be read here: the ids of its cells leave its content out, so they "
         "may not match cells run where it can"
         for name in unread
+        if name not in absent
     )
-    if absent:
-        notes += (
-            f"not on this machine, so not checked here: {', '.join(absent)} (running or "
-            "submitting the grid checks them where the cells run)",
-        )
+    notes += tuple(
+        f"{name} is not on this machine, so not checked here (nor its content in its cells' "
+        "ids): running or submitting the grid checks it, on the machine that does"
+        for name in absent
+    )
     cid = cell_id(cfg, data=content)
     return Plan(
         cfg, cid, num_examples, total_steps, notes, processes, source, from_recipe, content, sets
@@ -197,45 +200,49 @@ def _datasets(cfg: Config) -> list[tuple[str, str]]:
     ]
 
 
-def _fingerprints(cfg: Config) -> tuple[dict[str, str], list[str]]:
+def _fingerprints(cfg: Config, prints: dict[str, str | None]) -> tuple[dict[str, str], list[str]]:
     """``(content, unread)``: the fingerprint of each own dataset the cell reads (part of
-    its id), and the own datasets that cannot be read here. A run folder's config.json
-    records the content its cell was planned with (``data_content``), and a plan of it
-    reuses that: a cell keeps its id on resume wherever it runs."""
+    its id; ``prints``: :func:`~vitscale.data.fingerprint` of each), and the own datasets
+    that cannot be read here. A run folder's config.json records the content its cell was
+    planned with (``data_content``), and a plan of it reuses that: a cell keeps its id on
+    resume wherever it runs."""
     content, unread = {}, []
     for _, name in _datasets(cfg):
-        digest = fingerprint(name)
-        if digest is not None:
-            content[name] = digest
+        if prints[name] is not None:
+            content[name] = prints[name]
         elif kind_of(name).folder is not None:
             unread.append(name)
     return content, unread
 
 
-def _read_sets(cfg: Config, *, verify: bool) -> tuple[dict[str, dict], list[str], dict[str, str]]:
+def _read_sets(
+    cfg: Config, prints: dict[str, str | None], *, verify: bool
+) -> tuple[dict[str, dict], list[str], dict[str, str]]:
     """``(sets, problems, absent)`` for every dataset the run reads: an own folder set's
-    file list read once per process while it is unchanged (:func:`_described`: its splits'
-    sizes and classes, its smallest class against the largest shot count); with
-    ``verify`` every image of a set on disk decoded; ``absent``: each set not there, with
-    what is missing."""
+    file list read (its splits' sizes and classes, its smallest class against the largest
+    shot count); with ``verify`` every image of a set on disk decoded; ``absent``: each set
+    not there, with what is missing. Each set is read and decoded once per process while
+    its files are unchanged (its fingerprint, ``prints``), whatever the number of cells,
+    and each problem of a set is said once, at the first key that reads it."""
     d, fs = cfg.data, cfg.eval.fewshot
     sets: dict[str, dict] = {}
-    problems, absent, verified = [], {}, set()
-    for key, name in dict.fromkeys(_datasets(cfg)):
-        missing = check_available(name, root=d.root, download=d.download)
-        if missing:
-            absent.setdefault(name, f"{key}: {missing[0]}")  # once, where first read
+    problems, absent, said = [], {}, set()
+    for key, name in _datasets(cfg):
+        if name in said:
             continue
-        try:
-            if kind_of(name).folder in ("imagefolder", "multilabel"):
-                sets[name] = _described(name, d.holdout, cfg.eval.finetune.val_fraction)
-            if verify and name not in verified:
-                verified.add(name)
-                from .data.build import verify_dataset
-
-                problems += [f"{key}: {p}" for p in verify_dataset(name, root=d.root)]
-        except ValueError as e:  # a folder that is there but not a set: said as the run says it
-            problems.append(f"{key}: {e}")
+        said.add(name)
+        if missing := check_available(name, root=d.root, download=d.download):
+            absent[name] = f"{key}: {missing[0]}"
+            continue
+        found: list[str] = []
+        if kind_of(name).folder in ("imagefolder", "multilabel"):
+            facts = (name, d.holdout, cfg.eval.finetune.val_fraction, prints[name])
+            row, found = _once(("read", *facts), _described, *facts[:3])
+            if row is not None:
+                sets[name] = row
+        if verify and not found:
+            _, found = _once(("verify", name, d.root, prints[name]), _verify, name, d.root)
+        problems += [f"{key}: {p}" for p in found]
     for name in fs.datasets:
         smallest = sets[name]["smallest_class"] if name in sets else None
         if fs.shots and smallest is not None and max(fs.shots) > smallest:
@@ -247,16 +254,31 @@ def _read_sets(cfg: Config, *, verify: bool) -> tuple[dict[str, dict], list[str]
     return sets, problems, absent
 
 
-# (name, data.holdout, val_fraction, the set's fingerprint) -> its row: read once per
-# process while its files are unchanged
-_DESCRIBED: dict[tuple, dict] = {}
+# what reading or decoding a set found, by what was asked and the set's fingerprint: each
+# set read once per process (a grid plans every cell) while its files are unchanged
+_ONCE: dict[tuple, tuple[dict | None, list[str]]] = {}
+
+
+def _once(key: tuple, work: Callable, *args) -> tuple[dict | None, list[str]]:
+    """``(a row or None, problems)`` of ``work(*args)``, done once per ``key``: a row, a
+    list of problems, or the ValueError it raised (a folder there that is not a set)."""
+    if key not in _ONCE:
+        try:
+            found = work(*args)
+            _ONCE[key] = (found, []) if isinstance(found, dict) else (None, found)
+        except ValueError as e:
+            _ONCE[key] = (None, [str(e)])
+    return _ONCE[key]
 
 
 def _described(name: str, holdout: float, val_fraction: float | None) -> dict:
     """:func:`~vitscale.data.build.describe_dataset`'s row of an own folder set."""
-    key = (name, holdout, val_fraction, fingerprint(name))
-    if key not in _DESCRIBED:
-        from .data.build import describe_dataset  # torch: only for a set on disk
+    from .data.build import describe_dataset  # torch: only for a set on disk
 
-        _DESCRIBED[key] = describe_dataset(name, holdout=holdout, val_fraction=val_fraction)
-    return _DESCRIBED[key]
+    return describe_dataset(name, holdout=holdout, val_fraction=val_fraction)
+
+
+def _verify(name: str, root) -> list[str]:
+    from .data.build import verify_dataset
+
+    return verify_dataset(name, root=root)

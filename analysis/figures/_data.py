@@ -94,7 +94,8 @@ def per_model(frame: pd.DataFrame, hue: str) -> tuple[pd.DataFrame, str]:
 def model_looks(frame: pd.DataFrame) -> dict:
     """``{model: dict(label, color, linestyle, marker)}`` in display order: each model's
     :func:`analysis.style.model_look`; a model that would look like one already drawn (the
-    same model under another setting) gets hollow markers, then a dotted line."""
+    same model under another setting) gets hollow markers, then other line styles, each
+    filled and hollow (:data:`_SETTING_LOOKS`), so every setting looks apart."""
     first = frame.drop_duplicates("model").set_index("model")
     looks: dict = {}
     for m in hue_order(frame, "model"):
@@ -102,12 +103,18 @@ def model_looks(frame: pd.DataFrame) -> dict:
         same = sum(
             (v["color"], v["marker"]) == (look["color"], look["marker"]) for v in looks.values()
         )
-        if same:
+        hollow, line = _SETTING_LOOKS[same % len(_SETTING_LOOKS)]
+        if hollow:
             look["markerfacecolor"] = "white"
-        if same > 1:
-            look["linestyle"] = ":"
+        look["linestyle"] = line or look["linestyle"]
         looks[m] = dict(label=str(m), **look)
     return looks
+
+
+# the n-th setting of one model: (hollow markers, its line style; None: the family's)
+_SETTING_LOOKS = tuple(
+    (hollow, line) for line in (None, ":", "-.", (0, (1, 4))) for hollow in (False, True)
+)
 
 
 def line_styles(frame: pd.DataFrame, hue: str) -> dict:

@@ -310,11 +310,16 @@ def test_a_grids_cells_of_an_earlier_version_are_not_counted_but_said(tmp_path):
     root = tmp_path / "runs"
     for name in ("now1", "now2", "old"):
         _write(root, "g", name, model="ViT-Pico/4", subset=1000, steps=40)
-    rf.write_json_atomic(root / "g" / rf.GRID_CELLS, {"grid": "g", "cells": ["now1", "now2"]})
+    versions = [
+        {"grid_file": "/a/g.yaml", "overrides": [], "cells": ["now1"]},
+        {"grid_file": "/a/g.yaml", "overrides": ["seed=2"], "cells": ["now2"]},
+    ]
+    rf.write_json_atomic(root / "g" / rf.GRID_CELLS, {"grid": "g", "versions": versions})
     frame, problems = results.load_runs(root)
     assert sorted(p.rsplit("/", 1)[-1] for p in frame["path"]) == ["now1", "now2"]
     (stale,) = problems
     assert stale.stale and "1 cell(s) from an earlier version of this grid" in str(stale)
+    assert "`vitscale grid /a/g.yaml --set seed=2 --prune`" in str(stale)  # the latest
     assert [str(p) for p in results.find_run_folders(root / "g" / "old")[0]] == [
         str(root / "g" / "old")
     ]

@@ -179,34 +179,60 @@ def retry_hint(planned: list[Planned], *, grid_path: Path, runs: Path) -> str | 
     )
 
 
+def _version(grid: Grid) -> dict:
+    """The grid as run now: its file, its ``--set`` overrides, its cells."""
+    return {
+        "grid_file": str(grid.path.resolve()),
+        "overrides": list(grid.overrides),
+        "cells": [c.id for c in grid.cells],
+    }
+
+
+def _versions(grid: Grid, runs_root: Path) -> list[dict]:
+    """The versions recorded in the grid folder's :data:`vitscale.record.GRID_CELLS`, this
+    one replacing the one of its file and overrides (last: the most recent)."""
+    now = _version(grid)
+    try:
+        recorded = rf.read_json(runs_root / grid.name / rf.GRID_CELLS)["versions"]
+    except (OSError, ValueError, KeyError, TypeError):
+        recorded = []
+    key = (now["grid_file"], now["overrides"])
+    return [
+        v
+        for v in recorded
+        if isinstance(v, dict) and (v.get("grid_file"), v.get("overrides")) != key
+    ] + [now]
+
+
 def write_cells(grid: Grid, runs_root: Path) -> None:
-    """Record the grid's cells as its current version (:data:`vitscale.record.GRID_CELLS`):
-    a run folder beside them that is not one of them is no longer counted."""
+    """Record the grid's cells as the current version of its file and overrides
+    (:data:`vitscale.record.GRID_CELLS`): a run folder beside them that no recorded version
+    has (another file or ``--set`` of the same name keeps its own) is no longer counted."""
     folder = runs_root / grid.name
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        rf.write_json_if_changed(
-            folder / rf.GRID_CELLS,
-            {"grid": grid.name, "grid_file": str(grid.path), "cells": [c.id for c in grid.cells]},
-        )
+        versions = _versions(grid, runs_root)
+        rf.write_json_if_changed(folder / rf.GRID_CELLS, {"grid": grid.name, "versions": versions})
     except OSError as e:  # a full disk: each cell then says so itself
         print(f"warning: cannot record the grid's cells in {folder}: {e}", file=sys.stderr)
 
 
 def stale_cells(grid: Grid, runs_root: Path) -> list[Path]:
-    """The run folders in the grid's folder that are not cells of the grid as it is now."""
-    folder, ids = runs_root / grid.name, {c.id for c in grid.cells}
+    """The run folders in the grid's folder that no version of it has: not this grid as
+    it is now, nor one recorded from another file or other ``--set`` overrides."""
+    folder = runs_root / grid.name
     if not folder.is_dir():
         return []
+    ids = {cell for v in _versions(grid, runs_root) for cell in v.get("cells", ())}
     return sorted(d for d in folder.iterdir() if (d / rf.CONFIG).is_file() and d.name not in ids)
 
 
-def prune(grid: Grid, runs_root: Path, *, dry_run: bool) -> int:
+def prune(grid: Grid, runs_root: Path, *, dry_run: bool, is_queued=lambda d: False) -> int:
     """``vitscale grid FILE --prune``: move the grid's stale cells to its ``.stale/``
-    folder (kept, not deleted; a running one stays), then record its current cells."""
+    folder (kept, not deleted; a running or queued one stays), then record its cells."""
     stale = stale_cells(grid, runs_root)
-    running = [d for d in stale if is_locked(d)]
-    moving = [d for d in stale if d not in running]
+    busy = [d for d in stale if is_locked(d) or is_queued(d)]
+    moving = [d for d in stale if d not in busy]
     aside = runs_root / grid.name / rf.STALE
     for d in moving if not dry_run else ():
         aside.mkdir(exist_ok=True)
@@ -218,6 +244,8 @@ def prune(grid: Grid, runs_root: Path, *, dry_run: bool) -> int:
         write_cells(grid, runs_root)
     verb = "would move" if dry_run else "moved"
     print(f"{verb} {len(moving)} cell(s) from an earlier version of {grid.name!r} to {aside}/")
-    for d in running:
-        print(f"left {d.name}: it is running (prune again once it has ended)")
+    for d in moving:
+        print(f"  {d.name}")
+    for d in busy:
+        print(f"left {d.name}: it is running or queued (prune again once it has ended)")
     return 0

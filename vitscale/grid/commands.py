@@ -482,7 +482,8 @@ def grid(
     launch = processes if executor == "local" else None  # SLURM: each cell's resources
     # a dry-run for a cluster may plan away from the data: a set not here is said, not refused
     away = dry_run and (profile is not None or executor == "slurm")
-    data = dict(check_data=True, absent_ok=away, verify=verify)
+    hint = " (a grid planned away from its data? --profile NAME makes this a note)"
+    data = dict(check_data=True, absent_ok=away, absent_hint=hint if dry_run else "", verify=verify)
     g = load_grid(
         path,
         overrides=overrides,
@@ -504,14 +505,15 @@ def grid(
     if profile is not None:
         g.sized = size_requests(g, profile)
     if prune:
-        return actions.prune(g, runs_root, dry_run=dry_run)
+        from .slurm import is_queued
+
+        return actions.prune(g, runs_root, dry_run=dry_run, is_queued=is_queued)
     if sbatch:
         from . import slurm
 
         return slurm.print_scripts(g, runs_root=runs_root, profile=profile)
     if dry_run:
         return print_dry_run(g, runs_root, profile, as_json=as_json, retry_failed=retry_failed)
-    actions.write_cells(g, runs_root)
     if profile is not None:  # micro-batches that fit the profile's GPUs where the grid gives none
         fits = place_grid(g, profile)
         if problems := [p for f in fits for p in f.problems]:
@@ -521,6 +523,7 @@ def grid(
         from .local import DEFAULT_STOP_TIMEOUT, Interrupted, run_local
 
         planned = decide(g, runs_root, retry_failed=retry_failed)
+        actions.write_cells(g, runs_root)
         print(headline(planned, workers=workers), flush=True)
         try:
             codes = run_local(
@@ -549,6 +552,7 @@ def grid(
     from . import slurm
 
     code = slurm.submit(g, runs_root=runs_root, profile=profile, retry_failed=retry_failed)
+    actions.write_cells(g, runs_root)  # submitted (sbatch refusing it raised)
     return slurm.wait(g, runs_root=runs_root) if wait and code == 0 else code
 
 

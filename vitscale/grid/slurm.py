@@ -412,25 +412,19 @@ def submit(grid: Grid, *, runs_root: Path, profile: Profile, retry_failed: bool 
             print(f"error: {hint}", file=sys.stderr)
         return 1 if hint else 0
     folder = (runs_root / grid.name / SLURM_FOLDER).resolve()
-    waiting = {p.cell.id for p in todo if _trunk_to_wait_for(grid, p, todo, runs_root)}
     jobs: dict[str, str] = {}  # cell id -> its job, for the branches that wait for it
-    for after, items in [(None, [p for p in todo if p.cell.id not in waiting])] + [
-        (trunk, [p for p in todo if p.cell.id in waiting and p.cell.config.branch.trunk == trunk])
-        for trunk in dict.fromkeys(p.cell.config.branch.trunk for p in todo if p.cell.id in waiting)
-    ]:
-        if after is not None:  # a trunk submitted now, or queued by an earlier submission
-            after = jobs.get(after) or read_job(runs_root / grid.name / after)["job_id"]
-        for shape, group in _by_shape(grid, items, profile).items():
-            ids = submit_cells(
-                group, shape, profile, folder=folder, job_name=grid.name, after=after
-            )
-            jobs |= {p.cell.id: job_id for p, job_id in zip(group, ids, strict=True)}
-            print(
-                f"submitted {len(ids)} cell(s) as job {ids[0].split('_')[0]} on profile "
-                f"{profile.name!r}{f' (partition {profile.partition})' if profile.partition else ''}: "
-                f"{shape.describe()}, at most {profile.array_parallelism} at once"
-                + (f"; branches: they start after their trunk's job {after}" if after else "")
-            )
+    for trunk, shape, group in _arrays(grid, todo, runs_root, profile):
+        after = None
+        if trunk is not None:  # a trunk submitted now, or queued by an earlier submission
+            after = jobs.get(trunk) or read_job(runs_root / grid.name / trunk)["job_id"]
+        ids = submit_cells(group, shape, profile, folder=folder, job_name=grid.name, after=after)
+        jobs |= {p.cell.id: job_id for p, job_id in zip(group, ids, strict=True)}
+        print(
+            f"submitted {len(ids)} cell(s) as job {ids[0].split('_')[0]} on profile "
+            f"{profile.name!r}{f' (partition {profile.partition})' if profile.partition else ''}: "
+            f"{shape.describe()}, at most {profile.array_parallelism} at once"
+            + (f"; branches: they start after their trunk's job {after}" if after else "")
+        )
     print(
         f"logs: {folder}/<job id>/ and <run>/{LOG}; follow with: vitscale status {runs_root / grid.name}"
     )
@@ -439,13 +433,26 @@ def submit(grid: Grid, *, runs_root: Path, profile: Profile, retry_failed: bool 
     return 1 if hint else 0
 
 
-def _by_shape(grid: Grid, items: list[Planned], profile: Profile) -> dict[Shape, list[Planned]]:
-    """The cells of each SLURM request: one job array each."""
-    groups: dict[Shape, list[Planned]] = {}
-    for p in items:
-        where = f"{grid.path}: block {p.cell.block!r}: resources"
-        groups.setdefault(shape_for(grid.resources_for(p.cell), profile, where=where), []).append(p)
-    return groups
+def _arrays(
+    grid: Grid, todo: list[Planned], runs_root: Path, profile: Profile
+) -> list[tuple[str | None, Shape, list[Planned]]]:
+    """The job arrays a submission of ``todo`` makes, in order: ``(the trunk whose job
+    they wait for or None, their request, their cells)``; one per request, and the branches
+    of a trunk not done yet apart, after it (docs/schedules.md)."""
+    waiting = {p.cell.id for p in todo if _trunk_to_wait_for(grid, p, todo, runs_root)}
+    batches = [(None, [p for p in todo if p.cell.id not in waiting])] + [
+        (trunk, [p for p in todo if p.cell.id in waiting and p.cell.config.branch.trunk == trunk])
+        for trunk in dict.fromkeys(p.cell.config.branch.trunk for p in todo if p.cell.id in waiting)
+    ]
+    arrays = []
+    for trunk, items in batches:
+        groups: dict[Shape, list[Planned]] = {}
+        for p in items:
+            where = f"{grid.path}: block {p.cell.block!r}: resources"
+            shape = shape_for(grid.resources_for(p.cell), profile, where=where)
+            groups.setdefault(shape, []).append(p)
+        arrays += [(trunk, shape, group) for shape, group in groups.items()]
+    return arrays
 
 
 def print_scripts(grid: Grid, *, runs_root: Path, profile: Profile) -> int:
@@ -456,9 +463,12 @@ def print_scripts(grid: Grid, *, runs_root: Path, profile: Profile) -> int:
 
     todo = [p for p in decide(grid, runs_root, is_queued=is_queued) if p.action == "submit"]
     folder = (runs_root / grid.name / SLURM_FOLDER).resolve()
-    for shape, group in _by_shape(grid, todo, profile).items():
+    for trunk, shape, group in _arrays(grid, todo, runs_root, profile):
+        after = None if trunk is None else f"<the job of trunk {trunk}>"
         executor = submitit.SlurmExecutor(folder=folder / "%j")
-        executor.update_parameters(**executor_parameters(shape, profile, job_name=grid.name))
+        executor.update_parameters(
+            **executor_parameters(shape, profile, job_name=grid.name, after=after)
+        )
         executor.parameters["map_count"] = len(group)
         print(f"# {len(group)} cell(s): {', '.join(p.cell.id for p in group)}; {shape.describe()}")
         print(executor._make_submission_file_text(executor._submitit_command_str, uid=""))

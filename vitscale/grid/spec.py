@@ -102,6 +102,7 @@ class Grid:
     # cell id -> the gpus and time sized from its estimate where the grid gives none
     # (vitscale.grid.cost.size_requests); what the grid gives wins
     sized: dict[str, dict[str, Any]] = field(default_factory=dict)
+    overrides: list[str] = field(default_factory=list)  # --set, applied to every cell
 
     def resources_for(self, cell: Cell) -> dict[str, Any]:
         return self.sized.get(cell.id, {}) | _resources_for(self.resources, cell.config.model.name)
@@ -236,7 +237,9 @@ def load_grid(
         raise GridError([f"{path}: the grid expands to no cells"])
     found = list(cells.values())
     families = assign(found)  # cells that share their stable phase (docs/schedules.md)
-    return Grid(name, path, found, grid.retries, resources, grid.description, families)
+    return Grid(
+        name, path, found, grid.retries, resources, grid.description, families, {}, list(overrides)
+    )
 
 
 def _planner(

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -213,25 +214,28 @@ def _walk(path: Path, found: list, problems: list[Problem], depth: int) -> None:
         else:
             _walk(child, found, problems, depth + 1)
     if stale:
-        grid_file = current.get("grid_file") or "GRID_FILE"
         problems.append(
             Problem(
                 str(path),
                 f"{len(stale)} cell(s) from an earlier version of this grid, not counted "
-                f"(`vitscale grid {grid_file} --prune` moves them to {path / rf.STALE}/)",
+                f"(`{current['command']} --prune` moves them to {path / rf.STALE}/)",
                 stale=True,
             )
         )
 
 
 def _grid_cells(path: Path) -> tuple[dict | None, list[str]]:
-    """A grid folder's :data:`~vitscale.record.folder.GRID_CELLS` (None: unreadable, so
-    every cell counts, as before any was written) and the stale cells found so far."""
+    """A grid folder's :data:`~vitscale.record.folder.GRID_CELLS` as ``{"cells": every
+    version's cells, "command": the latest version's prune command}`` (None: unreadable,
+    so every cell counts, as before any was written) and the stale cells found so far."""
     try:
-        current = rf.read_json(path / rf.GRID_CELLS)
-        return (current if isinstance(current.get("cells"), list) else None), []
-    except (OSError, ValueError, AttributeError):
+        versions = rf.read_json(path / rf.GRID_CELLS)["versions"]
+        cells = {c for v in versions for c in v["cells"]}
+        latest = versions[-1]
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None, []
+    sets = "".join(f" --set {shlex.quote(o)}" for o in latest.get("overrides", ()))
+    return {"cells": cells, "command": f"vitscale grid {latest.get('grid_file')}{sets}"}, []
 
 
 # --------------------------------------------------------------------------- one cell

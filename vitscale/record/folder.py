@@ -40,10 +40,10 @@ RESULT = "result.json"
 CHECKPOINTS = "checkpoints"
 LOCK = ".lock"
 LOG = "log.txt"  # what the executors capture of a cell's output
-# In a grid folder: the cell ids of the grid as last run or submitted (vitscale grid writes
-# it); a run folder beside them that it does not list is a cell of an earlier version of
-# the grid, read by no count (status, summary, figures, W&B sync) and moved to STALE by
-# ``vitscale grid --prune``.
+# In a grid folder: for each grid file and --set overrides run into it, the cell ids as last
+# run or submitted (vitscale grid writes it); a run folder beside them that no version
+# lists is a cell of an earlier version of the grid, read by no count (status, summary,
+# figures, W&B sync) and moved to STALE by ``vitscale grid --prune``.
 GRID_CELLS = "cells.json"
 STALE = ".stale"
 # one process's failure of a multi-process run, written as it fails (record.RankFailure)
