@@ -181,7 +181,8 @@ def test_data_and_resources_are_checked_before_anything_runs(tmp_path, capsys):
         in err
     )
     assert (
-        "block 'transfer': eval.finetune.datasets: cifar10: missing cifar-10-batches-py/batches.meta" in err
+        "block 'transfer': eval.finetune.datasets: cifar10: missing cifar-10-batches-py/batches.meta"
+        in err
     )
     assert "resources.default: gpus=8 on 1 node(s) but profile 'small' has 4 GPUs per node" in err
     assert "time=24:00:00 exceeds profile 'small' limit 04:00:00" in err
