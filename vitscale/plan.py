@@ -91,7 +91,9 @@ def plan(
     cfg, problems, from_recipe = validate(config, overrides=overrides)
     if problems:  # the rest needs valid values
         raise ConfigError(_name_recipe(problems, cfg, from_recipe), source)
-    prints = {name: fingerprint(name) for _, name in _datasets(cfg)}  # once: a walk each
+    # each own set walked once, and not at all on a resume (its content is recorded)
+    walk = check_data or recorded is None
+    prints = {name: fingerprint(name) if walk else None for _, name in _datasets(cfg)}
     sets, problems, absent = _read_sets(cfg, prints, verify=verify) if check_data else ({}, [], {})
     if absent and not absent_ok:
         problems, absent = [f"{m}{absent_hint}" for m in absent.values()] + problems, {}

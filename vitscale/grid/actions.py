@@ -26,6 +26,7 @@ from .. import record as rf
 from ..config import set_key
 from ..config.identity import OPERATIONAL_KEYS
 from ..config.load import get_key
+from ..record.cells import grid_versions
 from .cellrun import is_locked
 from .spec import Cell, Grid
 
@@ -192,16 +193,9 @@ def _versions(grid: Grid, runs_root: Path) -> list[dict]:
     """The versions recorded in the grid folder's :data:`vitscale.record.GRID_CELLS`, this
     one replacing the one of its file and overrides (last: the most recent)."""
     now = _version(grid)
-    try:
-        recorded = rf.read_json(runs_root / grid.name / rf.GRID_CELLS)["versions"]
-    except (OSError, ValueError, KeyError, TypeError):
-        recorded = []
     key = (now["grid_file"], now["overrides"])
-    return [
-        v
-        for v in recorded
-        if isinstance(v, dict) and (v.get("grid_file"), v.get("overrides")) != key
-    ] + [now]
+    recorded = grid_versions(runs_root / grid.name) or []
+    return [v for v in recorded if (v.get("grid_file"), v.get("overrides")) != key] + [now]
 
 
 def write_cells(grid: Grid, runs_root: Path) -> None:

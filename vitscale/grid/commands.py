@@ -520,40 +520,60 @@ def grid(
             raise GridError(problems)
         apply_placements(fits)
     if executor == "local":
-        from .local import DEFAULT_STOP_TIMEOUT, Interrupted, run_local
-
-        planned = decide(g, runs_root, retry_failed=retry_failed)
-        actions.write_cells(g, runs_root)
-        print(headline(planned, workers=workers), flush=True)
-        try:
-            codes = run_local(
-                planned,
-                workers=workers,
-                processes=processes,
-                stop_timeout=DEFAULT_STOP_TIMEOUT if stop_timeout is None else stop_timeout,
-            )
-        except Interrupted as e:
-            print(f"{e}; `vitscale status {runs_root / g.name}` for details", file=sys.stderr)
-            return e.exit_code
-        failed = [cid for cid, code in codes.items() if code not in (0, 75)]
-        print(
-            f"{len(codes)} cells run, {len(failed)} failed; `vitscale status {runs_root / g.name}` for details"
+        return _run_local(
+            g,
+            runs_root,
+            workers=workers,
+            processes=processes,
+            stop_timeout=stop_timeout,
+            retry_failed=retry_failed,
         )
-        if failed:
-            print(
-                f"error: {len(failed)} cell(s) failed: run the same command again to retry them "
-                f"(each has {g.retries} retr{'y' if g.retries == 1 else 'ies'}; then "
-                "--retry-failed), after fixing the cause",
-                file=sys.stderr,
-            )
-        if hint := retry_hint(planned, grid_path=g.path, runs=runs_root / g.name):
-            print(f"error: {hint}", file=sys.stderr)
-        return 1 if failed or hint else 0
     from . import slurm
 
     code = slurm.submit(g, runs_root=runs_root, profile=profile, retry_failed=retry_failed)
     actions.write_cells(g, runs_root)  # submitted (sbatch refusing it raised)
     return slurm.wait(g, runs_root=runs_root) if wait and code == 0 else code
+
+
+def _run_local(
+    g: Grid,
+    runs_root: Path,
+    *,
+    workers: int,
+    processes: int,
+    stop_timeout: float | None,
+    retry_failed: bool,
+) -> int:
+    """``vitscale grid --executor local``: run the cells not done, ``workers`` at once."""
+    from .local import DEFAULT_STOP_TIMEOUT, Interrupted, run_local
+
+    planned = decide(g, runs_root, retry_failed=retry_failed)
+    actions.write_cells(g, runs_root)
+    print(headline(planned, workers=workers), flush=True)
+    try:
+        codes = run_local(
+            planned,
+            workers=workers,
+            processes=processes,
+            stop_timeout=DEFAULT_STOP_TIMEOUT if stop_timeout is None else stop_timeout,
+        )
+    except Interrupted as e:
+        print(f"{e}; `vitscale status {runs_root / g.name}` for details", file=sys.stderr)
+        return e.exit_code
+    failed = [cid for cid, code in codes.items() if code not in (0, 75)]
+    print(
+        f"{len(codes)} cells run, {len(failed)} failed; `vitscale status {runs_root / g.name}` for details"
+    )
+    if failed:
+        print(
+            f"error: {len(failed)} cell(s) failed: run the same command again to retry them "
+            f"(each has {g.retries} retr{'y' if g.retries == 1 else 'ies'}; then "
+            "--retry-failed), after fixing the cause",
+            file=sys.stderr,
+        )
+    if hint := retry_hint(planned, grid_path=g.path, runs=runs_root / g.name):
+        print(f"error: {hint}", file=sys.stderr)
+    return 1 if failed or hint else 0
 
 
 def _preemption_problem(g: Grid, profile: Profile) -> str | None:

@@ -224,17 +224,28 @@ def _walk(path: Path, found: list, problems: list[Problem], depth: int) -> None:
         )
 
 
-def _grid_cells(path: Path) -> tuple[dict | None, list[str]]:
-    """A grid folder's :data:`~vitscale.record.folder.GRID_CELLS` as ``{"cells": every
-    version's cells, "command": the latest version's prune command}`` (None: unreadable,
-    so every cell counts, as before any was written) and the stale cells found so far."""
+def grid_versions(path: Path) -> list[dict] | None:
+    """A grid folder's :data:`~vitscale.record.folder.GRID_CELLS`: each version's
+    ``grid_file``, ``overrides`` and ``cells``, the most recent last; None where it is
+    missing or unreadable (every cell counts, as before any was written)."""
     try:
         versions = rf.read_json(path / rf.GRID_CELLS)["versions"]
-        cells = {c for v in versions for c in v["cells"]}
-        latest = versions[-1]
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        if all(isinstance(v, dict) and isinstance(v["cells"], list) for v in versions):
+            return list(versions)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def _grid_cells(path: Path) -> tuple[dict | None, list[str]]:
+    """``{"cells": every version's cells, "command": the latest version's prune command}``
+    (None: no versions, so every cell counts) and the stale cells found so far."""
+    versions = grid_versions(path)
+    if not versions:
         return None, []
+    latest = versions[-1]
     sets = "".join(f" --set {shlex.quote(o)}" for o in latest.get("overrides", ()))
+    cells = {c for v in versions for c in v["cells"]}
     return {"cells": cells, "command": f"vitscale grid {latest.get('grid_file')}{sets}"}, []
 
 
