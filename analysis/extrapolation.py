@@ -38,27 +38,24 @@ x_new lies at distance delta = log(x_new / x_last) e-folds past the data.
    late in a run the curves flatten faster than their own recent past says. LATE is a fact about this population of curves (JFT-300M pre-training runs),
    learnt from their training rows; on a curve that follows one law exactly the
    prediction errs pessimistic by (1 - LATE) of the decline.
-4. The predictive law, around the prediction: log y = log pred + scale T, T a Student-t
-   with :data:`DOF` degrees of freedom and scale = sqrt(noise^2 + (KAPPA s (delta +
-   DELTA0))^2). ``noise`` is the scatter of the training points about the local law over
-   the last :data:`NOISE_WINDOW` e-folds; ``s`` the local law's error per e-fold, from
+4. The predictive law, around the prediction: log y = log pred + scale T, T a Student-t.
+   ``noise`` is the scatter of the training points about the local law over the last
+   :data:`NOISE_WINDOW` e-folds; ``s`` the local law's error per e-fold, from
    pseudo-experiments that cut the training curve at H/2, H, 3H/2, ... (up to
    :data:`N_PSEUDO` cuts), rerun steps 1-2 on the data before each cut and record its log
-   errors over the next H, less the points' own noise; delta the distance outside the data
-   (forward past x_last or back before x_first, 0 inside). ``pred`` is the law's median,
-   [lower, upper] its central ``level`` interval, :meth:`Predictive.logpdf` its density
-   (of the error y itself, per unit of error); prediction and bounds are clipped at 1.
+   errors over the next H, less the points' own noise. How much each is worth, and the
+   tails, are learnt from finished curves, not from this one (:mod:`analysis.calibration`:
+   scale = hypot(NOISE noise, MODEL s), its DOF; shipped: learnt on the 72 JFT curves).
+   ``pred`` is the law's median, [lower, upper] its central ``level`` interval,
+   :meth:`Predictive.logpdf` its density (of the error y itself, per unit of error);
+   prediction and bounds are clipped at 1.
 
 What the law means: the distribution of the *observed* error at x_new (one new, noisy
-measurement, not the noiseless curve). It covers observation noise (the ``noise`` term)
-and, mostly, model error (the ``s`` term: the law is not the true curve, and the scale
-uses how far the local law erred on the curve's own earlier stretches, growing linearly
-with distance). Parameter uncertainty is no separate term: on smooth curves it is small
-next to model error, and on noisy curves the pseudo-experiments already contain it. The
-bootstrap band of :func:`analysis.scaling.plot_fit` is a band for the fitted law's
-parameters under resampling; with no term for model error or for a new measurement's noise
-it covered 28% of the benchmark's held-out points. This law's 95% interval covered 79%
-there (below): read it as a lower bound on the uncertainty until it is recalibrated.
+measurement, not the noiseless curve). On the JFT curves its 95% interval covered 93% of
+the held-out points with the calibration learnt without the scored curve's dataset
+(:data:`analysis.calibration.JFT_OUT_OF_FOLD`); the curve's own scale alone covered 79%.
+The bootstrap band of :func:`analysis.scaling.plot_fit` is a band for the fitted law's
+parameters under resampling; it covered 28% there.
 
 Constants, and how each was chosen:
 
@@ -66,16 +63,10 @@ Constants, and how each was chosen:
   (``benchmarks/extrapolation.py --select``): each curve's fit rows cut so that
   their last doubling (cut A), or the doubling before it (cut B), is predicted from the
   rows before it; :data:`LATE` = 0.88 minimises the mean RMSE of log error over the two
-  cuts (grid 0.70-1.00), then :data:`N_PSEUDO` = 4 (of 4, 8), :data:`KAPPA` = 0.55
-  (0.20-1.00) and :data:`DOF` = 30 (2-30) maximise the mean log-likelihood of the
-  predicted rows. There: RMSE 0.0195 (the previous design 0.0236), log-likelihood 3.64
-  (3.21), 95% coverage 0.96 (0.99), 50% 0.55 (0.73). On the held-out rows, scored once
-  after that: RMSE 0.0274 (0.0289), better than M4 on 49 of 72 curves (42), but the law is
-  too narrow there: its 95% interval covers 0.79 of a curve's points on average (0.96),
-  log-likelihood 2.92 (3.22; the previous interval was calibrated on those rows). The
-  held-out rows scatter about 3x as much as the fit rows, so ``noise`` is too small for
-  them, and ``s``, measured on a full curve's recent past, is about 4x smaller than on the
-  backtests' shorter curves while the error ahead is not (benchmarks/RESULTS.md);
+  cuts (grid 0.70-1.00), then :data:`N_PSEUDO` = 4 (of 4, 8), KAPPA = 0.55
+  (0.20-1.00) and DOF = 30 chose the interval's scale then; it is now learnt across curves
+  (:mod:`analysis.calibration`), and :data:`NOISE_WINDOW` = 1 (was 2) was chosen with it,
+  by out-of-fold scores on the held-out rows;
 - inherited from the previous design of steps 1-2, set once and not tuned (its mean error
   on the held-out rows was flat in them): :data:`TAUS` (widths a factor ~1.4 apart),
   :data:`TEMP`, :data:`CUTS`, :data:`H_MIN`, :data:`MIN_FIT` (a 3-parameter law and two
@@ -92,7 +83,7 @@ benchmark's held-out score is not fully out of sample.
 Limits: a curve still accelerating out of the near-random plateau gets a straight
 power-law decline (the local form has no downward bend), too pessimistic; a rising tail (a
 diverging run) gets a flat prediction and a wide interval; predictions inside the data are
-good over the last 1-2 e-folds only. LATE, KAPPA and DOF were learnt on one population of
+good over the last 1-2 e-folds only. LATE and the calibration were learnt on one population of
 curves (few-shot error along JFT-300M pre-training, extrapolated about 2x): recheck them
 before trusting the intervals on a very different one (upstream loss, much longer
 horizons). The horizon (default log(max x_new / x_last)) changes predictions at every
@@ -110,6 +101,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.stats import t
 
+from .calibration import JFT, Calibration, Residuals
+
 __all__ = ["extrapolate", "predictive", "Predictive", "Details"]
 
 TAUS = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4)  # kernel widths, e-folds of x
@@ -120,16 +113,10 @@ MIN_FIT = 5  # points a fit needs before a cut
 LATE = 0.88  # share of the local law's decline past x_last that is kept
 N_PSEUDO = 4  # pseudo-experiments behind s
 DELTA0 = 0.1  # model error at zero distance, in e-folds
-KAPPA = 0.55  # the model term's scale, in units of s (delta + DELTA0)
-DOF = 30  # degrees of freedom of the predictive Student-t
 S_DEFAULT = 0.2  # s without room for a pseudo-experiment
 S_FLOOR = 0.01  # smallest s
-NOISE_WINDOW = 2.0  # e-folds before x_last over which ``noise`` is measured
+NOISE_WINDOW = 1.0  # e-folds before x_last over which ``noise`` is measured
 MIN_DISTINCT = 4  # distinct x values a curve needs
-# What the central interval at each nominal level covered of the JFT benchmark's held-out
-# points, mean per curve (benchmarks/RESULTS.md, "Held-out rows"; docs/extrapolation.md, "Extrapolating
-# learning curves"): the interval is too narrow there, and every printed interval says so.
-HELD_OUT_COVERAGE = {0.5: 0.369, 0.8: 0.617, 0.9: 0.723, 0.95: 0.787, 0.99: 0.867}
 _EPS = 1e-12
 
 
@@ -180,16 +167,22 @@ class Predictive:
         *,
         shape: tuple[int, ...] | None = None,
         late: float = LATE,
-        kappa: float = KAPPA,
-        dof: float = DOF,
+        calibration: Calibration = JFT,
     ) -> Predictive:
-        """The law that steps 3-4 of the module docstring build from ``details`` (their
-        constants as keywords, for benchmarks/extrapolation.py's selection)."""
+        """The law that steps 3-4 of the module docstring build from ``details`` (LATE as
+        a keyword for benchmarks/extrapolation.py's selection)."""
         d = details
         shape = d.z.shape if shape is None else shape
         loc = np.where(d.z > 0, d.at_last + late * (d.local - d.at_last), d.local)
-        scale = np.hypot(d.noise, kappa * d.s * (d.outside + DELTA0))
-        return cls(loc.reshape(shape), scale.reshape(shape), float(dof), d)
+        scale = calibration.scale(d.noise, d.s, d.outside)
+        return cls(loc.reshape(shape), scale.reshape(shape), calibration.dof, d)
+
+    def residuals(self, y: ArrayLike) -> Residuals:
+        """What a calibration learns from this law once ``y`` (the errors observed at
+        x_new) is known (:func:`analysis.calibration.learn`)."""
+        errors = np.log(np.asarray(y, dtype=float)).reshape(-1) - self.loc.reshape(-1)
+        d = self.details
+        return Residuals(noise=d.noise, s=d.s, errors=errors, outside=d.outside.reshape(-1))
 
     @property
     def median(self) -> np.ndarray:
@@ -388,9 +381,11 @@ def predictive(
     x_new: ArrayLike,
     *,
     horizon: float | None = None,
+    calibration: Calibration = JFT,
 ) -> Predictive:
     """The :class:`Predictive` law of the observed error at ``x_new`` (arguments and errors
-    as :func:`extrapolate`, without ``level``); its ``details`` say how it was made."""
+    as :func:`extrapolate`, without ``level``; ``calibration`` as
+    :mod:`analysis.calibration`); its ``details`` say how it was made."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     x_new = np.asarray(x_new, dtype=float)
     shape, xq = x_new.shape, x_new.reshape(-1)
@@ -432,7 +427,7 @@ def predictive(
         z=zq,
         outside=np.maximum(np.maximum(zq, z[0] - zq), 0.0),
     )
-    return Predictive.from_details(details, shape=shape)
+    return Predictive.from_details(details, shape=shape, calibration=calibration)
 
 
 def extrapolate(

@@ -22,7 +22,7 @@ before extrapolate).
 The same curves uncut (``fraction=None``) are what ``vitscale predict --at X`` reads:
 :func:`predictions` of each curve at new x, with extrapolate's interval. Every table here
 has a legend, one line per column, and every interval printed goes with
-:func:`calibration_note` (what such an interval covered on the JFT benchmark).
+:func:`calibration_note` (what such an interval covered on the JFT benchmark, out of fold).
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from numpy.typing import ArrayLike
 
 from vitscale.record import EXAMPLES_SEEN
 
-from .extrapolation import HELD_OUT_COVERAGE, MIN_DISTINCT, extrapolate, predictive
+from .calibration import JFT_OUT_OF_FOLD
+from .extrapolation import MIN_DISTINCT, extrapolate, predictive
 from .frontier import frontier_frame
 
 ESTIMATORS = ("extrapolate", "power-law")
@@ -326,16 +327,14 @@ def legend(*, level: float, fraction: float | None) -> list[str]:
 
 
 def calibration_note(level: float) -> str:
-    """One line beside any interval of ``extrapolate``: what such an interval covered on
-    the JFT benchmark's held-out points (:data:`~analysis.extrapolation.HELD_OUT_COVERAGE`)."""
-    pct = f"{100 * level:g}%"
-    if level in HELD_OUT_COVERAGE:
-        seen = f"a nominal {pct} interval covered {100 * HELD_OUT_COVERAGE[level]:.0f}%"
-    else:
-        seen = f"a nominal 95% interval covered {100 * HELD_OUT_COVERAGE[0.95]:.0f}%"
+    """One line beside any interval of ``extrapolate``: what such an interval covered of
+    the JFT curves' held-out points, out of fold
+    (:data:`~analysis.calibration.JFT_OUT_OF_FOLD`)."""
+    near = min(JFT_OUT_OF_FOLD, key=lambda v: abs(v - level))
     return (
-        f"calibration: on the JFT benchmark's held-out points {seen} (docs/extrapolation.md, \"Extrapolating "
-        f'learning curves"): read the {pct} intervals as a lower bound on the uncertainty'
+        f"calibration: learnt on the 72 JFT learning curves; learnt without a dataset, a nominal "
+        f"{100 * near:g}% interval covered {100 * JFT_OUT_OF_FOLD[near]:.0f}% of that dataset's "
+        'held-out points (docs/extrapolation.md, "Extrapolating learning curves")'
     )
 
 

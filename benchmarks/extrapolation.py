@@ -14,11 +14,13 @@ of error, as Lee et al. (ICML 2025) score NSL-PFN: analysis.extrapolation.Predic
 Then: the ImageNet 5-shot crossover of ViT-B/16 and BiT-R50x1, and coverage on synthetic
 curves drawn from known laws (synthetic_curves.py).
 
-``--select`` instead chooses extrapolate's selected constants (LATE, N_PSEUDO, KAPPA, DOF)
-without reading a held-out row: on backtests inside the fit rows (analysis.holdout.
-inner_split: cut A holds out each curve's last doubling of fit rows, cut B the doubling
-before it), LATE minimises the mean RMSE, then N_PSEUDO, KAPPA and DOF maximise the mean
-log-likelihood, over the grids below; it prints those scores for the candidates.
+``--select`` instead chooses extrapolate's LATE without reading a held-out row: on
+backtests inside the fit rows (analysis.holdout.inner_split: cut A holds out each curve's
+last doubling of fit rows, cut B the doubling before it), LATE minimises the mean RMSE over
+the grid below; it prints those scores for the candidates. The interval's scale is not
+selected here: analysis.calibration learns it from the held-out rows of other curves, and
+the main table scores it leave one dataset out (the calibration learnt without any curve
+of the scored dataset) beside the shipped calibration, which is in sample.
 
 M2 and M4 iterate up to 10,000 rounds (12 and 23 s per fit on a loaded 2-core machine, ~45
 minutes for the 72): ``--cache PATH`` keeps every baseline's predictions and timings in a
@@ -38,7 +40,6 @@ import sys
 import time
 import types
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -49,18 +50,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import scaling_baselines as baselines  # noqa: E402
 import synthetic_curves as synthetic  # noqa: E402
 
-from analysis import extrapolation, holdout  # noqa: E402
+from analysis import calibration, extrapolation, holdout  # noqa: E402
 from analysis.crossover import crossovers  # noqa: E402
 from analysis.reference import jft  # noqa: E402
 from analysis.scaling import extrapolate, fit_power_law  # noqa: E402
 
 BEFORE = "b5bf201"  # the commit whose analysis/extrapolation.py is "extrapolate (before)"
 POWER_LAW, OLD, NEW = "vitscale fit", "extrapolate (before)", "extrapolate"
-ESTIMATORS = (*baselines.ESTIMATORS, POWER_LAW, OLD, NEW)
+IN_SAMPLE = "extrapolate, shipped"
+ESTIMATORS = (*baselines.ESTIMATORS, POWER_LAW, OLD)
 CACHED = (*baselines.ESTIMATORS, POWER_LAW)
-LABELS = {POWER_LAW: "vitscale fit (before)", NEW: "**extrapolate (new)**"}
+LABELS = {
+    POWER_LAW: "vitscale fit (before)",
+    IN_SAMPLE: "extrapolate, shipped JFT calibration (in sample)",
+    NEW: "**extrapolate, calibrated leave one dataset out**",
+}
 FAMILIES = {"ViT": "ViT", "BiT": "ResNet", "Mixer": "Mixer"}  # column -> jft family
-LEVELS = (0.5, 0.8, 0.9, 0.95, 0.99)
+LEVELS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)  # also MSCE's levels
 BOOTSTRAP = 200
 # Lee et al., "Bayesian Neural Scaling Law Extrapolation with Prior-Data Fitted Networks"
 # (ICML 2025, arXiv:2505.23032), the same 72 curves and split: (RMSLE mean, log-likelihood).
@@ -71,12 +77,11 @@ PUBLISHED = {
     "M4 (their run)": (0.0415, None),
     "MCMC (M4)": (None, 3.024),
 }
+# their MSCE on the vision curves (Lee et al. 2025, Table 2)
+PUBLISHED_MSCE = {"NSL-PFN": 0.0512, "MCMC (M4)": 0.0381}
 # --select: the backtest cuts (before, reach) of holdout.inner_split and the grids
 CUTS = {"A": (1.0, 2.0), "B": (2.0, 2.0)}
 GRID_LATE = [round(float(v), 2) for v in np.arange(0.70, 1.0001, 0.01)]
-GRID_N_PSEUDO = (4, 8)
-GRID_KAPPA = [round(float(v), 2) for v in np.arange(0.2, 1.0001, 0.05)]
-GRID_DOF = (2, 3, 5, 10, 30)
 
 
 def _key(split: holdout.Split) -> str:
@@ -158,13 +163,47 @@ def _predict(job: tuple[str, holdout.Split]) -> dict:
         out = {"pred": pred, "bands": {0.95: [lo, hi]}}
     elif name == OLD:
         out = _old_law(old, s.x_fit, s.y_fit, s.x_held, s.y_held)
-    else:
+    else:  # the shipped calibration
         out = _as_result(extrapolation.predictive(s.x_fit, s.y_fit, s.x_held), s.y_held)
     sec = time.perf_counter() - start
     bands = {
         str(k): [np.asarray(b, float).tolist() for b in v] for k, v in out.get("bands", {}).items()
     }
     return {**out, "pred": np.asarray(out["pred"], float).tolist(), "bands": bands, "sec": sec}
+
+
+def _dataset(split: holdout.Split) -> str:
+    return split.metric.split("/")[1]
+
+
+def calibrated(splits: list) -> tuple[dict, calibration.Calibration]:
+    """extrapolate's results on every split, {estimator: {key: result}}, with the shipped
+    JFT calibration (in sample) and with a calibration learnt without any curve of the
+    scored dataset (analysis.calibration.out_of_fold); and calibration.learn on all."""
+    from tqdm import tqdm
+
+    laws, secs = [], []
+    for s in tqdm(splits, desc=NEW, unit="curve", leave=False):
+        start = time.perf_counter()
+        laws.append(extrapolation.predictive(s.x_fit, s.y_fit, s.x_held))
+        secs.append(time.perf_counter() - start)
+    curves = [law.residuals(s.y_held) for law, s in zip(laws, splits, strict=True)]
+    folds = calibration.out_of_fold(curves, [_dataset(s) for s in splits])
+
+    def results(cals: list) -> dict:
+        return {
+            _key(s): {
+                **_as_result(
+                    extrapolation.Predictive.from_details(law.details, calibration=c), s.y_held
+                ),
+                "sec": sec,
+            }
+            for s, law, c, sec in zip(splits, laws, cals, secs, strict=True)
+        }
+
+    n = len(splits)
+    out = {IN_SAMPLE: results([calibration.JFT] * n), NEW: results(folds)}
+    return out, calibration.learn(curves)
 
 
 def run(name: str, splits: list, *, jobs: int, done: dict) -> dict:
@@ -218,6 +257,8 @@ def summarise(name: str, res: dict, splits: list, m4_rmse: np.ndarray | None) ->
         row["cov"][level] = np.array(
             [holdout.coverage(s.y_held, *_bands(r)[level]) for s, r in zip(splits, rs, strict=True)]
         )
+    if set(row["cov"]) == set(LEVELS):
+        row["msce"] = float(np.mean([(row["cov"][v] - v) ** 2 for v in LEVELS]))
     if 0.95 in row["cov"]:
         row["width"] = np.mean([np.mean(np.log(np.divide(*_bands(r)[0.95][::-1]))) for r in rs])
     return row
@@ -230,18 +271,18 @@ def _fmt(v, spec: str) -> str:
 def table(rows: list[dict], total: int) -> str:
     head = (
         "| estimator | mean RMSLE | median | ViT | BiT | Mixer | wins vs M4 | s per fit (median) "
-        "| log-lik. | "
+        "| log-lik. | MSCE | "
         + " | ".join(f"cov. {100 * v:.0f}%" for v in LEVELS)
         + " | width 95% (log) |"
     )
-    out = [head, "|---|" + "---:|" * (10 + len(LEVELS))]
+    out = [head, "|---|" + "---:|" * (11 + len(LEVELS))]
     for r in rows:
         cells = [r["estimator"], *(_fmt(r.get(k), ".4f") for k in ("mean", "median", *FAMILIES))]
         cells += [
             "-" if r.get("wins") is None else f"{r['wins']}/{total}",
             _fmt(r.get("sec"), ".3f"),
         ]
-        cells.append(_fmt(r.get("loglik"), ".3f"))
+        cells += [_fmt(r.get("loglik"), ".3f"), _fmt(r.get("msce"), ".4f")]
         cells += [
             _fmt(r["cov"][v].mean() if v in r.get("cov", {}) else None, ".3f") for v in LEVELS
         ]
@@ -253,7 +294,13 @@ def table(rows: list[dict], total: int) -> str:
 def published_rows() -> list[dict]:
     """Lee et al.'s numbers on the same rows, quoted (not rerun here)."""
     return [
-        {"estimator": f"{name} (Lee et al. 2025, quoted)", "mean": m, "loglik": ll, "cov": {}}
+        {
+            "estimator": f"{name} (Lee et al. 2025, quoted)",
+            "mean": m,
+            "loglik": ll,
+            "msce": PUBLISHED_MSCE.get(name),
+            "cov": {},
+        }
         for name, (m, ll) in PUBLISHED.items()
     ]
 
@@ -304,23 +351,13 @@ def synthetic_table(with_power_law: bool) -> str:
     return "\n".join(lines)
 
 
-@contextmanager
-def _constant(module: types.ModuleType, name: str, value):
-    old = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, old)
-
-
 def _over_cuts(label: str, by_cut: dict[str, dict]) -> dict:
     """One table row from one :func:`summarise` row per backtest cut: each number the mean
     over the cuts (the label gives each cut's mean RMSLE)."""
     rows = list(by_cut.values())
     out = {
         k: None if rows[0].get(k) is None else float(np.mean([r[k] for r in rows]))
-        for k in ("mean", "median", *FAMILIES, "sec", "loglik", "width")
+        for k in ("mean", "median", *FAMILIES, "sec", "loglik", "msce", "width")
     }
     cuts = "/".join(f"{r['mean']:.4f}" for r in rows)
     out["estimator"] = f"{label} ({'/'.join(by_cut)}: {cuts})"
@@ -331,43 +368,32 @@ def _over_cuts(label: str, by_cut: dict[str, dict]) -> dict:
 
 
 def select(splits: list) -> str:
-    """Choose LATE, then (N_PSEUDO, KAPPA, DOF), on backtests inside the fit rows (module
-    docstring); a report of the choice and of the candidates' scores there."""
+    """Choose LATE on backtests inside the fit rows (module docstring); a report of the
+    choice and of the candidates' scores there."""
     dev = {
         cut: [d for s in splits if (d := holdout.inner_split(s, before=b, reach=r)) is not None]
         for cut, (b, r) in CUTS.items()
     }
-    details = {}
-    for n in GRID_N_PSEUDO:
-        with _constant(extrapolation, "N_PSEUDO", n):
-            details[n] = {
-                cut: [extrapolation.predictive(s.x_fit, s.y_fit, s.x_held).details for s in ds]
-                for cut, ds in dev.items()
-            }
+    details = {
+        cut: [extrapolation.predictive(s.x_fit, s.y_fit, s.x_held).details for s in ds]
+        for cut, ds in dev.items()
+    }
 
-    def new(label: str, n: int, **constants) -> dict:
+    def new(label: str, late: float) -> dict:
         by_cut = {}
         for cut, ds in dev.items():
             res = {
                 _key(s): {
-                    **_as_result(extrapolation.Predictive.from_details(d, **constants), s.y_held),
+                    **_as_result(extrapolation.Predictive.from_details(d, late=late), s.y_held),
                     "sec": np.nan,
                 }
-                for d, s in zip(details[n][cut], ds, strict=True)
+                for d, s in zip(details[cut], ds, strict=True)
             }
             by_cut[cut] = summarise(label, res, ds, None)
         return _over_cuts(label, by_cut)
 
-    by_late = {v: new("", GRID_N_PSEUDO[0], late=v) for v in GRID_LATE}
+    by_late = {v: new("", v) for v in GRID_LATE}
     late = min(GRID_LATE, key=lambda v: by_late[v]["mean"])
-    fits = {
-        (n, kappa, dof): new("", n, late=late, kappa=kappa, dof=dof)
-        for n in GRID_N_PSEUDO
-        for kappa in GRID_KAPPA
-        for dof in GRID_DOF
-    }
-    n, kappa, dof = max(fits, key=lambda k: fits[k]["loglik"])
-    chosen = {"LATE": late, "N_PSEUDO": n, "KAPPA": kappa, "DOF": dof}
     rows = [
         _over_cuts(
             f"extrapolate at {BEFORE}" if name == OLD else name,
@@ -378,20 +404,8 @@ def select(splits: list) -> str:
         )
         for name in (OLD, "M1", "M3", "BNSL")
     ]
-    rows.append(
-        new("local law alone (LATE 1), the selected law", n, late=1.0, kappa=kappa, dof=dof)
-    )
-    rows.append(
-        new(
-            "**selected**: " + ", ".join(f"{k} {v}" for k, v in chosen.items()),
-            n,
-            late=late,
-            kappa=kappa,
-            dof=dof,
-        )
-    )
-    best = sorted(fits, key=lambda k: -fits[k]["loglik"])[:5]
-    differ = {k: v for k, v in chosen.items() if getattr(extrapolation, k) != v}
+    rows.append(new("local law alone (LATE 1)", 1.0))
+    rows.append(new(f"**selected**: LATE {late}", late))
     sizes = ", ".join(f"{cut} {len(ds)}" for cut, ds in dev.items())
     return "\n".join(
         [
@@ -401,11 +415,8 @@ def select(splits: list) -> str:
             "",
             "LATE: mean RMSLE "
             + ", ".join(f"{v:.2f} {by_late[v]['mean']:.4f}" for v in GRID_LATE[::5]),
-            "best (N_PSEUDO, KAPPA, DOF) by log-likelihood: "
-            + "; ".join(f"({k[0]}, {k[1]:.2f}, {k[2]}) {fits[k]['loglik']:.3f}" for k in best),
-            f"analysis/extrapolation.py differs from the selection: {differ}"
-            if differ
-            else "analysis/extrapolation.py has the selected constants.",
+            f"analysis/extrapolation.py has LATE {extrapolation.LATE}"
+            + ("." if late == extrapolation.LATE else f", not the selected {late}."),
         ]
     )
 
@@ -440,9 +451,12 @@ def main() -> int:
         if args.cache and name in CACHED:
             cache[name] = results[name]
             args.cache.write_text(json.dumps(cache))
+    ours, learnt = calibrated(splits)
+    results.update(ours)
     m4 = summarise("M4", results["M4"], splits, None)["rmse"]
-    rows = [summarise(n, results[n], splits, None if n == "M4" else m4) for n in ESTIMATORS]
-    new, old = rows[-1], rows[-2]
+    rows = [summarise(n, results[n], splits, None if n == "M4" else m4) for n in results]
+    new, old = rows[-1], rows[ESTIMATORS.index(OLD)]
+    shipped = "equals" if learnt == calibration.JFT else "DIFFERS FROM"
     report = [
         f"## {len(splits)} JFT evaluations (RMSE of log error on the held-out rows)",
         "",
@@ -452,6 +466,10 @@ def main() -> int:
         f"{100 * (new['mean'] / rows[3]['mean'] - 1):+.1f}% against M4; 95% coverage pooled "
         f"over the points {_pooled(new, splits):.3f}; curves covered under 90% at 95%: "
         + (", ".join(_worst(new, splits)) or "none"),
+        "",
+        f"calibration.learn on all {len(splits)} curves: {learnt} ({shipped} "
+        "analysis.calibration.JFT); out-of-fold coverage "
+        + ", ".join(f"{v:g}: {new['cov'][v].mean():.3f}" for v in LEVELS),
         "",
         "## Crossover, ImageNet 5-shot (observed curves, analysis.crossover)",
         "",

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import t
 
-from analysis import extrapolation
+from analysis import calibration, extrapolation
 from analysis.extrapolation import predictive
 from analysis.scaling import extrapolate
 
@@ -40,20 +40,33 @@ def _curves(n: int, *, n_train: int = 25, sigma: float = 0.02, seed: int = 0):
 
 
 def test_interval_covers_a_known_law_as_often_as_it_says():
-    """14 noisy curves of a known law: the 95% interval covers at least 85% of the held-out
-    observations (89% measured: the late correction, learnt on real curves, is pessimistic
-    on a curve that follows one law), and on half of them the 50% interval covers about
-    half (0.59 measured) and is the narrower."""
+    """14 noisy curves of a known law. The shipped JFT calibration, learnt where later rows
+    scatter more than the fit rows, is conservative on them (its 95% interval covers at
+    least 95%, its 50% more than half); a calibration learnt from 7 of them (a user's own
+    finished curves) covers about as often as it says on the other 7, and is informative."""
+    curves = _curves(14)
+    laws = [predictive(x, y, x_held) for x, y, x_held, _ in curves]
+
+    def cover(law, y_held, level):
+        lo, hi = law.interval(level)
+        return np.mean((y_held >= lo) & (y_held <= hi)), np.mean(np.log(hi / lo))
+
+    shipped = [cover(law, c[3], 0.95)[0] for law, c in zip(laws, curves, strict=True)]
+    assert np.mean(shipped) >= 0.95
+    own = calibration.learn(
+        [law.residuals(c[3]) for law, c in zip(laws[:7], curves[:7], strict=True)]
+    )
     cov: dict[float, list] = {0.95: [], 0.5: []}
     width: dict[float, list] = {0.95: [], 0.5: []}
-    for i, (x, y, x_held, y_held) in enumerate(_curves(14)):
-        for level in (0.95, 0.5) if i % 2 == 0 else (0.95,):
-            _, lo, hi = extrapolate(x, y, x_held, level=level)
-            cov[level].append(np.mean((y_held >= lo) & (y_held <= hi)))
-            width[level].append(np.mean(np.log(hi / lo)))
+    for x, y, x_held, y_held in curves[7:]:
+        law = predictive(x, y, x_held, calibration=own)
+        for level in cov:
+            c, w = cover(law, y_held, level)
+            cov[level].append(c)
+            width[level].append(w)
     assert np.mean(cov[0.95]) >= 0.85
-    assert 0.3 <= np.mean(cov[0.5]) <= 0.8
-    assert np.mean(width[0.5]) < 0.5 * np.mean(width[0.95][::2])
+    assert 0.3 <= np.mean(cov[0.5]) <= 0.7
+    assert np.mean(width[0.5]) < 0.5 * np.mean(width[0.95])
     assert np.mean(width[0.95]) < 0.5  # informative: about +-25% at most, not vacuous
 
 
@@ -136,10 +149,11 @@ def test_details_explain_the_interval():
     assert det.x_last == X.max() and det.horizon == pytest.approx(np.log(3e9 / X.max()))
     assert det.n_pseudo > 0 and det.s >= extrapolation.S_FLOOR
     assert sum(f["weight"] for f in det.fits) == pytest.approx(1.0)
-    delta = np.log(3e9 / X.max())
-    scale = np.hypot(det.noise, extrapolation.KAPPA * det.s * (delta + extrapolation.DELTA0))
+    cal = calibration.JFT
+    beyond = calibration.BEYOND * det.s * max(np.log(3e9 / X.max()) - cal.reach, 0.0)
+    scale = np.hypot(np.hypot(cal.noise * det.noise, cal.model * det.s), beyond)
     pred, _, hi = extrapolate(X, y, [3e9])
-    assert np.log(hi / pred) == pytest.approx([t.ppf(0.975, extrapolation.DOF) * scale])
+    assert np.log(hi / pred) == pytest.approx([t.ppf(0.975, cal.dof) * scale])
 
 
 def test_a_short_curve_gets_the_wide_default():
