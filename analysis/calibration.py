@@ -74,13 +74,23 @@ class Calibration:
         return np.hypot(np.hypot(self.noise * noise, self.model * s), beyond)
 
 
-def _loglik(cal: Calibration, curves: Sequence[Residuals]) -> float:
+def _pooled(curves: Sequence[Residuals]) -> dict[str, np.ndarray]:
+    """Every held-out point of the corpus in one array per feature, with its weight
+    1 / (its curve's points x curves): each curve counts alike."""
+    n = np.array([len(c.errors) for c in curves])
+    out = {
+        name: np.concatenate(
+            [np.broadcast_to(getattr(c, name), k) for c, k in zip(curves, n, strict=True)]
+        )
+        for name in ("noise", "s", "outside", "errors")
+    }
+    return {**out, "weight": np.repeat(1.0 / (n * len(curves)), n)}
+
+
+def _loglik(cal: Calibration, p: dict[str, np.ndarray]) -> float:
     """Mean over curves of the mean log density of log y at the curve's held-out points."""
-    out = []
-    for c in curves:
-        sc = np.maximum(cal.scale(c.noise, c.s, c.outside), 1e-12)
-        out.append(np.mean(t.logpdf(np.asarray(c.errors) / sc, cal.dof) - np.log(sc)))
-    return float(np.mean(out))
+    sc = np.maximum(cal.scale(p["noise"], p["s"], p["outside"]), 1e-12)
+    return float(np.sum(p["weight"] * (t.logpdf(p["errors"] / sc, cal.dof) - np.log(sc))))
 
 
 def learn(curves: Sequence[Residuals]) -> Calibration:
@@ -97,7 +107,8 @@ def learn(curves: Sequence[Residuals]) -> Calibration:
 
     start = np.array([2.5, 0.2, np.log(5.0)])
     opts = {"maxiter": 3000, "xatol": 1e-5, "fatol": 1e-9}
-    best = minimize(lambda p: -_loglik(cal(p), curves), start, method="Nelder-Mead", options=opts)
+    points = _pooled(curves)
+    best = minimize(lambda p: -_loglik(cal(p), points), start, method="Nelder-Mead", options=opts)
     c = cal(best.x)
     return Calibration(
         noise=round(float(c.noise), 3),
