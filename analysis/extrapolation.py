@@ -43,9 +43,10 @@ x_new lies at distance delta = log(x_new / x_last) e-folds past the data.
    :data:`NOISE_WINDOW` e-folds; ``s`` the local law's error per e-fold, from
    pseudo-experiments that cut the training curve at H/2, H, 3H/2, ... (up to
    :data:`N_PSEUDO` cuts), rerun steps 1-2 on the data before each cut and record its log
-   errors over the next H, less the points' own noise. How much each is worth, and the
-   tails, are learnt from finished curves, not from this one (:mod:`analysis.calibration`:
-   scale = hypot(NOISE noise, MODEL s), its DOF; shipped: learnt on the 72 JFT curves).
+   errors over the next H, less the points' own noise. How much the noise is worth, and
+   the tails, are learnt from finished curves, not from this one (:mod:`analysis.calibration`:
+   scale = NOISE noise, its DOF; shipped: learnt on the 72 JFT curves); ``s`` sets how fast
+   the scale grows past the distances those curves held out.
    ``pred`` is the law's median, [lower, upper] its central ``level`` interval,
    :meth:`Predictive.logpdf` its density (of the error y itself, per unit of error);
    prediction and bounds are clipped at 1.

@@ -151,7 +151,7 @@ def test_details_explain_the_interval():
     assert sum(f["weight"] for f in det.fits) == pytest.approx(1.0)
     cal = calibration.JFT
     beyond = calibration.BEYOND * det.s * max(np.log(3e9 / X.max()) - cal.reach, 0.0)
-    scale = np.hypot(np.hypot(cal.noise * det.noise, cal.model * det.s), beyond)
+    scale = np.hypot(cal.noise * det.noise, beyond)
     pred, _, hi = extrapolate(X, y, [3e9])
     assert np.log(hi / pred) == pytest.approx([t.ppf(0.975, cal.dof) * scale])
 
