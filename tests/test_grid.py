@@ -354,6 +354,65 @@ def test_a_held_cell_is_neither_planned_nor_run_twice(tmp_path, capsys):
         assert not (item.run_dir / rf.RESULT).exists()
 
 
+def _held_by_a_dead_node(run_dir: Path) -> int:
+    """The cell's lock as a dead node's lease leaves it on Lustre or NFS: held, in the name
+    of a process no one here can see. Returns the descriptor that holds it."""
+    import fcntl
+    import os
+
+    fd = os.open(run_dir / rf.LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, b"node-b 4242\n")
+    return fd
+
+
+def test_a_lock_a_dead_node_left_behind_is_waited_out_and_the_cell_runs(
+    tmp_path, monkeypatch, capsys
+):
+    """A requeued job used to find the stale lock, exit 0 (SLURM: COMPLETED) and leave
+    the cell unrun until someone resubmitted it."""
+    import os
+    import threading
+
+    from vitscale.grid import cellrun
+
+    item = decide(load_grid(_write(tmp_path, _tiny_grid())), tmp_path / "runs")[0]
+    prepare(item)
+    fd = _held_by_a_dead_node(item.run_dir)
+    lease = threading.Timer(1.5, os.close, (fd,))  # the lease runs out
+    lease.start()
+    monkeypatch.setattr(cellrun, "LOCK_WAIT_S", 60.0)
+    assert run_cell(item.run_dir) == 0
+    lease.join()
+    assert "held by node-b 4242, not a live process of this node" in capsys.readouterr().out
+    assert rf.read_json(item.run_dir / rf.RESULT)["status"] == rf.STATUS_DONE
+
+
+def test_a_lock_that_stays_held_by_no_live_process_here_fails_loudly(tmp_path, monkeypatch):
+    import os
+    import subprocess
+    import sys
+
+    item = decide(load_grid(_write(tmp_path, _tiny_grid())), tmp_path / "runs")[0]
+    prepare(item)
+    fd = _held_by_a_dead_node(item.run_dir)
+    try:
+        env = os.environ | {"PYTHONPATH": str(Path(__file__).parents[1])}
+        code = (
+            "import sys; from vitscale.grid import cellrun; cellrun.LOCK_WAIT_S = 1.0; "
+            f"sys.exit(cellrun.main([{str(item.run_dir)!r}]))"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+        )
+    finally:
+        os.close(fd)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "is still held by node-b 4242 after 1 s" in out.stderr
+    assert "delete the lock file and run the grid again" in out.stderr
+    assert not (item.run_dir / rf.RESULT).exists()  # a live holder elsewhere may be running it
+
+
 def test_a_filesystem_without_locks_runs_cells_unlocked_and_says_so(tmp_path, monkeypatch, capsys):
     """flock failing as on Lustre mounted without ``-o flock`` (ENOSYS): the cell is not
     refused (rank 0 failing there would leave the other ranks waiting for it); the grid

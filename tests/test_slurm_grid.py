@@ -208,6 +208,75 @@ def test_a_failed_rank_leaves_rank_0_time_to_record_the_cell(
     assert (run / rf.RESULT).is_file(), "rank 1 failed its task before rank 0 recorded the cell"
 
 
+def _as_task(monkeypatch: pytest.MonkeyPatch, rank: int) -> None:
+    """This process as task ``rank`` of a two-task SLURM job, as submitit sees it."""
+    for key, value in {
+        "SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "4243", "SLURM_NTASKS": "2",
+        "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": str(rank), "SLURM_PROCID": str(rank),
+        "SLURM_LOCALID": "0", "SLURM_JOB_NODELIST": "gpu[007-008]",
+    }.items():  # fmt: skip
+        monkeypatch.setenv(key, value)
+
+
+def _cell(tmp_path: Path) -> Path:
+    run = tmp_path / "cell"
+    run.mkdir()
+    rf.write_json_atomic(run / rf.CONFIG, {"cell_id": "c1", "model": {"name": "ViT-Pico/8"}})
+    return run
+
+
+def test_a_trainer_that_dies_without_a_word_is_recorded_by_its_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 0's trainer aborted inside NCCL (the watchdog) or killed outright writes
+    nothing; the cell had no result.json and every later run submitted it again, outside
+    grid.retries. Its task, which outlives it, records it."""
+    from vitscale.grid import slurm
+
+    _as_task(monkeypatch, 0)
+    die = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    monkeypatch.setattr(
+        slurm, "cell_command", lambda run_dir, processes: [sys.executable, "-c", die]
+    )
+    run = _cell(tmp_path)
+    with pytest.raises(slurm.CellFailed):
+        slurm.CellJob(run)()
+    result = rf.read_json(run / rf.RESULT)
+    assert result["status"] == rf.STATUS_FAILED and result["cell_id"] == "c1"
+    assert result["error"].startswith("task 0: the process running this cell was killed by SIGKILL")
+
+
+def test_a_task_whose_rank_0_never_records_records_the_cell_from_the_ranks_notes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 1 met a bad image and failed; rank 0 waits in an NCCL gather that raises
+    nothing in Python, so it records nothing before srun ends it. Rank 1's task waits its
+    bounded time, then records the cell with rank 1's own note as the cause."""
+    import time
+
+    from vitscale.grid import slurm
+
+    _as_task(monkeypatch, 1)
+    monkeypatch.setattr(slurm, "RANK0_RECORD_WAIT_S", 0.5)
+    run = _cell(tmp_path)
+    note = (
+        "import sys, time; from vitscale import record as rf; "
+        "rf.RankFailure(rank=1, error='OSError: image file is truncated', failed_step=7, "
+        f"at=time.time()).write({str(run)!r}); sys.exit(1)"
+    )
+    monkeypatch.setattr(
+        slurm, "cell_command", lambda run_dir, processes: [sys.executable, "-c", note]
+    )
+    started = time.time()
+    with pytest.raises(slurm.CellFailed):
+        slurm.CellJob(run)()
+    assert time.time() - started >= 0.5  # it gave rank 0 its time first
+    error = rf.read_json(run / rf.RESULT)["error"]
+    assert error.startswith(
+        "rank 1: OSError: image file is truncated (then: task 1: its trainer exited with 1)"
+    )
+
+
 def test_master_port_stays_out_of_linuxs_ephemeral_range() -> None:
     low, high = EPHEMERAL_PORTS
     assert (low, high) == (32768, 60999)

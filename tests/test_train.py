@@ -535,3 +535,24 @@ def test_compiled_channels_last_training_computes_the_same(tmp_path):
             tiny_config(train={"compile": "fast", "steps": 1}, optim={"warmup_steps": 0}),
             tmp_path / "bad",
         )
+
+
+def _rss_bytes() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_resuming_maps_the_checkpoint_instead_of_reading_a_copy_per_rank(tmp_path):
+    """Every rank of a node loads the same state file; read into each process's memory that
+    is eight copies of the weights and optimiser state at once on an 8-GPU node. Mapped,
+    the pages are the page cache's until a rank writes to them."""
+    big = {"model": {"w": torch.randn(32, 1024, 1024)}}  # 128 MiB
+    path = checkpoint.save(
+        tmp_path, step=1, state=big, rank=0, num_processes=1, barrier=lambda: None
+    )
+    del big
+    before = _rss_bytes()
+    state, _ = checkpoint.load(path, rank=0)
+    grew = _rss_bytes() - before
+    assert grew < 16 * 2**20, f"loading the state read {grew / 2**20:.0f} MiB into this process"
+    assert state["model"]["w"].shape == (32, 1024, 1024)
+    assert torch.isfinite(state["model"]["w"][-1]).all()  # the data is there when touched

@@ -22,6 +22,7 @@ import functools
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,8 +31,12 @@ from ..errors import DiskFullError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
-EXIT_BUSY = 0  # another process holds the cell: nothing to do here
+EXIT_BUSY = 0  # a live process of this node holds the cell: nothing to do here
 EXIT_PREEMPTED = 75  # checkpointed after a preemption signal; run again to resume
+# How long a cell waits for a lock held by a process it cannot see alive (another node's,
+# or a dead one's): on Lustre and NFS a dead node's lock outlives it by its lease (about
+# 90-100 s), and a requeued job that found it held and left would leave the cell unrun.
+LOCK_WAIT_S = 240.0
 
 PARENT_ENV = "VITSCALE_PARENT_PID"  # set by the local executor: die with that process
 TORCHRUN_WORKER_ENV = "TORCHELASTIC_RUN_ID"  # set by torchrun in its workers' environment
@@ -60,10 +65,49 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
 _NO_LOCKS = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL})
 
 
+def _holder(run_dir: Path) -> str:
+    """Who holds the cell's lock, as its holder wrote it: "node pid"."""
+    with contextlib.suppress(OSError):
+        return (run_dir / rf.LOCK).read_text().strip()
+    return ""
+
+
+def _alive_here(holder: str) -> bool:
+    """True when ``holder`` names a process of this node that is running."""
+    node, _, pid = holder.partition(" ")
+    if node != os.uname().nodename or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process, alive
+        pass
+    return True
+
+
+def _wait_for_lock(fd: int, run_dir: Path, holder: str, wait_s: float) -> bool:
+    """Try the lock once a second for ``wait_s`` seconds; True once held."""
+    print(
+        f"{run_dir.name}: its lock is held by {holder or 'an unnamed process'}, not a live "
+        f"process of this node; waiting up to {wait_s:.0f} s for it (a dead node's lock "
+        "outlives it on a shared filesystem)",
+        flush=True,
+    )
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        time.sleep(min(1.0, max(deadline - time.monotonic(), 0.0)))
+        with contextlib.suppress(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+    return False
+
+
 @contextlib.contextmanager
-def cell_lock(run_dir: Path, *, blocking: bool = False) -> Iterator[bool]:
-    """Hold the run folder's lock; yields False (without waiting) when someone else holds
-    it, True when this process holds it or the filesystem has no locks (said once)."""
+def cell_lock(run_dir: Path, *, blocking: bool = False, wait_s: float = 0.0) -> Iterator[bool]:
+    """Hold the run folder's lock; yields False when someone else holds it, True when this
+    process holds it or the filesystem has no locks (said once). ``wait_s``: how long to
+    wait for a holder that is not a live process of this node (:data:`LOCK_WAIT_S`)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(run_dir / rf.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -71,8 +115,11 @@ def cell_lock(run_dir: Path, *, blocking: bool = False) -> Iterator[bool]:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
             held = True
         except BlockingIOError:
-            yield False
-            return
+            holder = _holder(run_dir)
+            if not wait_s or _alive_here(holder) or not _wait_for_lock(fd, run_dir, holder, wait_s):
+                yield False
+                return
+            held = True
         except OSError as e:
             if e.errno not in _NO_LOCKS:
                 raise
@@ -115,6 +162,39 @@ def is_done(run_dir: Path) -> bool:
         return rf.read_json(path).get("status") == rf.STATUS_DONE
     except (OSError, ValueError):
         return False
+
+
+def describe_death(code: int) -> str:
+    """What a process's negative exit code (killed by a signal) says, in one line."""
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    hint = " (the kernel's out-of-memory killer sends it too: see `dmesg`)" if code == -9 else ""
+    return f"the process running this cell was killed by {name}{hint}"
+
+
+def record_failure(run_dir: Path, reason: str, *, world: int = 1, since: float = 0.0) -> None:
+    """Write a failed result.json for a cell whose processes could not write one (killed,
+    aborted inside a collective, their node lost), so that the grid counts the attempt
+    against its retries instead of submitting the cell again as merely interrupted. The
+    ranks' own notes written since ``since`` (time.time()) name the cause when there are
+    any (:class:`vitscale.record.RankFailure`); ``reason`` is what the caller saw."""
+    path = run_dir / rf.RESULT
+    try:
+        if path.is_file() and rf.read_json(path).get("status") == rf.STATUS_FAILED:
+            return  # the trainer recorded its own failure
+        notes = rf.RankFailure.read_all(run_dir, world=world, since=since)
+        if notes:
+            reason = f"{rf.RankFailure.first(notes).describe()} (then: {reason})"
+        config = rf.read_json(run_dir / rf.CONFIG)
+        last = None
+        if (run_dir / rf.METRICS).is_file():
+            last = max((r[rf.STEP] for r in rf.iter_metrics(run_dir / rf.METRICS)), default=None)
+        failed_step = None if last is None else last + 1
+        rf.RunResult.failure(config, error=reason, failed_step=failed_step).write(run_dir)
+    except (OSError, ValueError):  # a full disk: the executor's own output still says it
+        pass
 
 
 def _rank() -> int:
@@ -181,13 +261,10 @@ def _run_cell(run_dir: Path) -> tuple[int, str]:
         return EXIT_OK, ""
     config = rf.read_json(run_dir / rf.CONFIG)
     # Only rank 0 takes the lock: the other ranks of a multi-process cell follow it.
-    with cell_lock(run_dir) if _rank() == 0 else contextlib.nullcontext(True) as acquired:
+    lock = cell_lock(run_dir, wait_s=LOCK_WAIT_S) if _rank() == 0 else contextlib.nullcontext(True)
+    with lock as acquired:
         if not _agree_with_rank0(acquired, config):
-            print(
-                f"{run_dir.name}: another process is running this cell; leaving it alone",
-                flush=True,
-            )
-            return EXIT_BUSY, "another process is running this cell"
+            return _busy(run_dir)
         try:
             result = train(plan(config, num_processes=_world()), run_dir)
         except (ConfigError, CheckpointError, DiskFullError) as e:
@@ -199,6 +276,23 @@ def _run_cell(run_dir: Path) -> tuple[int, str]:
     if result.done:
         return EXIT_OK, ""
     return EXIT_FAILED, str(result.error or "failed")
+
+
+def _busy(run_dir: Path) -> tuple[int, str]:
+    """The answer when the lock stayed held: nothing to do if a live process of this node
+    holds it; otherwise a failure, said with what to check, never a silent 0 that SLURM
+    would show as COMPLETED while the cell waits for someone to resubmit it."""
+    holder = _holder(run_dir)
+    if _alive_here(holder):
+        print(f"{run_dir.name}: another process is running this cell; leaving it alone", flush=True)
+        return EXIT_BUSY, "another process is running this cell"
+    why = (
+        f"its lock ({run_dir / rf.LOCK}) is still held by {holder or 'an unnamed process'} "
+        f"after {LOCK_WAIT_S:.0f} s: if no process of that node runs this cell (squeue, ps), "
+        "delete the lock file and run the grid again"
+    )
+    _say(f"{run_dir.name}: {why}", file=sys.stderr)
+    return EXIT_FAILED, why
 
 
 def _say(line: str, *, file=None) -> None:

@@ -42,7 +42,15 @@ from ..data.workers import CELL_CPUS_ENV
 from ..kinds import GLYPHS, kind_of
 from ..record import LOG
 from .actions import Planned, prepare
-from .cellrun import ANSWER_ENV, EXIT_OK, EXIT_PREEMPTED, PARENT_ENV, parse_answer
+from .cellrun import (
+    ANSWER_ENV,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    PARENT_ENV,
+    describe_death,
+    parse_answer,
+    record_failure,
+)
 
 _CELLRUN = [sys.executable, "-m", "vitscale.grid.cellrun"]
 _SERVE = [*_CELLRUN, "--serve"]
@@ -200,32 +208,6 @@ class _Interrupts:
     def __exit__(self, *exc) -> None:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
-
-
-def _describe_death(code: int) -> str:
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        name = f"signal {-code}"
-    hint = " (the kernel's out-of-memory killer sends it too: see `dmesg`)" if code == -9 else ""
-    return f"the process running this cell was killed by {name}{hint}"
-
-
-def _record_failure(item: Planned, reason: str) -> None:
-    """Write a failed result.json for a cell whose process could not write one itself."""
-    path = item.run_dir / rf.RESULT
-    try:
-        if path.is_file() and rf.read_json(path).get("status") == rf.STATUS_FAILED:
-            return  # the trainer recorded its own failure
-        config = rf.read_json(item.run_dir / rf.CONFIG)
-        last = None
-        if (item.run_dir / rf.METRICS).is_file():
-            steps = [r[rf.STEP] for r in rf.iter_metrics(item.run_dir / rf.METRICS)]
-            last = max(steps, default=None)
-        failed_step = None if last is None else last + 1
-        rf.RunResult.failure(config, error=reason, failed_step=failed_step).write(item.run_dir)
-    except (OSError, ValueError):  # a full disk: the grid's own output still says it
-        pass
 
 
 def run_local(
@@ -401,9 +383,9 @@ class _Pool:
             return  # not finished: the bar does not count it
         if code != EXIT_OK:
             if code < 0:
-                reason = _describe_death(code)
+                reason = describe_death(code)
             if reason:
-                _record_failure(item, reason)
+                record_failure(item.run_dir, reason)
             tqdm.write(
                 f"{_label(item)} failed: {reason or 'see its log'}; log: {item.run_dir / LOG}"
             )

@@ -60,7 +60,7 @@ from typing import Any
 from .. import record as rf
 from ..record import LOG
 from .actions import JOB_FILE, Planned, decide, prepare, retry_hint, summary
-from .cellrun import EXIT_OK, EXIT_PREEMPTED, is_done
+from .cellrun import EXIT_OK, EXIT_PREEMPTED, describe_death, is_done, record_failure
 from .local import cell_command
 from .profile import REQUEUE_S, Profile, Shape, SlurmError, shape_for
 from .spec import Grid
@@ -101,7 +101,8 @@ SQUEUE_TTL_S = 5.0
 # it fails too: ``--kill-on-bad-exit`` then ends every task, rank 0's with it. Rank 0 learns of
 # the failure at its next collective, waits up to vitscale.train.run.PEER_FAILURE_WAIT_S
 # for the failed process's note, then writes result.json. Bounded: a rank 0 hung in a
-# collective is what --kill-on-bad-exit is there to end.
+# collective (NCCL raises nothing in Python) is what --kill-on-bad-exit is there to end, and
+# this task then records the cell itself (CellJob.__call__).
 RANK0_RECORD_WAIT_S = 60.0
 
 
@@ -235,6 +236,7 @@ class CellJob:
         import submitit
 
         job = submitit.JobEnvironment()
+        started = time.time()
         run_dir = Path(self.run_dir)
         env = os.environ | {"OMP_NUM_THREADS": str(self.cpus_per_task), "PYTHONUNBUFFERED": "1"}
         if job.num_tasks > 1:
@@ -270,13 +272,17 @@ class CellJob:
             return code
         if rank > 0:
             self._await_record()
+        # Whoever is left records the cell: a trainer aborted inside NCCL, or killed, wrote
+        # nothing, and a cell without result.json is submitted again on every run.
+        how = describe_death(code) if code < 0 else f"its trainer exited with {code}"
+        record_failure(run_dir, f"task {rank}: {how}", world=job.num_tasks, since=started)
         raise CellFailed(f"cell {run_dir.name} exited with {code}; see {log}")
 
     def _await_record(self) -> None:
         """Wait (at most :data:`RANK0_RECORD_WAIT_S`) for rank 0 to write result.json:
         failing this task first would have ``srun --kill-on-bad-exit`` end rank 0 before it
-        records the cell, which every later ``vitscale grid`` would then submit again as if
-        interrupted. (A failed cell's earlier result.json is set aside before it runs again.)"""
+        records the cell with its own words. (A failed cell's earlier result.json is set
+        aside before it runs again.)"""
         result = Path(self.run_dir) / rf.RESULT
         deadline = time.monotonic() + RANK0_RECORD_WAIT_S
         while not result.is_file() and time.monotonic() < deadline:

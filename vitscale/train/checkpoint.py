@@ -267,8 +267,13 @@ def save(
 
 
 def load(path: Path, *, rank: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """``(state, this rank's RNG state or None if it was saved with fewer processes)``."""
-    state = torch.load(path / STATE, map_location="cpu", weights_only=True)
+    """``(state, this rank's RNG state or None if it was saved with fewer processes)``.
+
+    The state is memory-mapped, not read: every rank of a node loads the same file, and
+    eight private copies of a large model's weights and optimiser state at once are what
+    the out-of-memory killer ends a resume with. The pages are the node's page cache,
+    shared, until a rank writes to them (then that page is its own)."""
+    state = torch.load(path / STATE, map_location="cpu", weights_only=True, mmap=True)
     rng_file = path / f"rng_rank{rank}.pt"
     rng = (
         torch.load(rng_file, map_location="cpu", weights_only=True) if rng_file.is_file() else None
