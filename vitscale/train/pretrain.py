@@ -96,6 +96,7 @@ def pretrain(run: Run) -> None:
     )
     if (row := run.progress.pop("pending_row", None)) is not None:
         _log_and_evaluate(run, row=row, evaluating=True)  # stopped mid-evaluation: again
+    started_at = run.step
     while run.step < run.total_steps:
         with run.watch("data"):
             images, targets = _next_batch(run, between)
@@ -106,6 +107,8 @@ def pretrain(run: Run) -> None:
                 bad & (between.first_bad == 0), run.step + 1, between.first_bad
             )
         run.step += 1
+        if run.step == started_at + 1:  # this process's first step: the warm-up
+            _warmed_up(run, between)
         periodic = bool(t.checkpoint_every and run.step % t.checkpoint_every == 0)
         periodic |= run.step in run.cfg.branch.keep  # a branch point: kept for its branch
         evaluating = run.step == run.total_steps or bool(
@@ -115,7 +118,8 @@ def pretrain(run: Run) -> None:
         stop = run.preemption.agreed(run.stop_group)  # every step, no wait for the device
         if not (logging or evaluating or periodic or stop):
             continue  # no sync: the host queues the next step at once
-        _check_health(run, between, loss)
+        with run.watch("step"):  # the host waits here for the steps it queued: their time
+            _check_health(run, between, loss)
         with run.watch("log"):
             row = _training_row(run, between, loss, grad_norm, peak) if logging else {}
         _log_and_evaluate(run, row=row, evaluating=evaluating)
@@ -205,7 +209,9 @@ def _progress(run: Run, row: dict[str, Any]) -> str:
     its loss and speed, and the first few-shot accuracy when it evaluated."""
     said = [f"step {run.step:,}/{run.total_steps:,}"]
     if rf.TRAIN_LOSS in row:
-        said.append(f"loss {row[rf.TRAIN_LOSS]:.4g}, {row[rf.THROUGHPUT]:,.0f} images/s")
+        said.append(f"loss {row[rf.TRAIN_LOSS]:.4g}")
+    if rf.THROUGHPUT in row:  # not after the warm-up step alone
+        said[-1] += f", {row[rf.THROUGHPUT]:,.0f} images/s"
     if fewshot := next((k for k in row if rf.parse_fewshot_key(k)), None):
         said.append(f"{fewshot} {100 * row[fewshot]:.1f}%")
     return "; ".join(said)
@@ -217,19 +223,33 @@ def _training_row(
     mean_loss = run.accelerator.reduce(loss, reduction="mean") if run.world > 1 else loss
     now = _training_clock(run)
     then, at = between.logged_at
-    rate = (run.step - at) * run.cfg.train.batch_size / max(now - then, 1e-9)
     between.logged_at = (now, run.step)
     row = {
         rf.TRAIN_LOSS: float(mean_loss),
         rf.LR: run.schedule.get_last_lr()[0],
         "train/grad_norm": float(grad_norm),
-        rf.THROUGHPUT: rate,
     }
-    if peak:
-        row[rf.MFU] = mfu(rate, flops_per_image=3 * run.cost.flops, processes=run.world, peak=peak)
+    if run.step > at:  # not the warm-up step alone (_warmed_up)
+        row[rf.THROUGHPUT] = rate = (
+            (run.step - at) * run.cfg.train.batch_size / max(now - then, 1e-9)
+        )
+        if peak:
+            flops = 3 * run.cost.flops
+            row[rf.MFU] = mfu(rate, flops_per_image=flops, processes=run.world, peak=peak)
     if run.device.type == "cuda":  # this process's high-water mark (no sync)
         row["memory/peak_gib"] = torch.cuda.max_memory_allocated(run.device) / 2**30
     return row
+
+
+def _warmed_up(run: Run, between: _Between) -> None:
+    """Start the rates' clock after the first step of a start or restart: that step carries
+    the loader's start, compilation, cuDNN's autotuning and NCCL's set-up (a cold start's
+    first rows read 2.3, then 57 img/s). On a GPU the host waits for that step to end
+    (once: the steps after it are queued without a wait)."""
+    if run.device.type == "cuda":
+        with run.watch("step"):
+            torch.cuda.synchronize(run.device)
+    between.logged_at = (_training_clock(run), run.step)
 
 
 def _training_clock(run: Run) -> float:
