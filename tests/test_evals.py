@@ -159,7 +159,7 @@ def test_eval_images_are_decoded_once_while_they_fit_the_budget(world):
     from vitscale.evals.features import Budget, EvalImages
 
     def images_of(dataset, budget, rank=0):
-        acc = SimpleNamespace(num_processes=world, process_index=rank)
+        acc = SimpleNamespace(num_processes=world, process_index=rank, device=torch.device("cpu"))
         return EvalImages(dataset, range(7), batch_size=3, accelerator=acc, budget=budget)
 
     per_image = 3 * 4 * 4 * 4 + 8  # float32 pixels + an int64 target

@@ -211,3 +211,35 @@ def test_a_signal_during_finetuning_checkpoints_and_the_run_resumes_it(tmp_path,
     # No loader worker outlived the stopped run: its process group is empty.
     with pytest.raises(ProcessLookupError):
         os.killpg(proc.pid, 0)
+
+
+def test_fine_tuning_and_evaluation_queue_their_copies_without_waiting(monkeypatch):
+    """A blocking copy to the GPU waits for everything queued before it: step i + 1 of a
+    fine-tune was not queued until step i ended, and an evaluation waited per batch.
+    Every copy to the device the fine-tune and the feature pass make is recorded."""
+    from vitscale.models import create_model
+
+    copies = []
+    real_to = torch.Tensor.to
+
+    def recorded(self, *args, **kwargs):
+        caller = sys._getframe(1).f_code.co_filename
+        if caller.endswith((f"train{os.sep}finetune.py", f"evals{os.sep}features.py")):
+            copies.append((os.path.basename(caller), kwargs.get("non_blocking", False)))
+        return real_to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", recorded)
+    accelerator, _ = make_accelerator(precision="fp32")
+    finetune.train_and_score(
+        create_model("ViT-Pico/4", num_classes=256, image_size=32),
+        cfg=resolve(_cfg()),
+        train_set=build_dataset(DATASET, "minitrain", image_size=32),
+        eval_set=build_dataset(DATASET, "val", image_size=32),
+        lr=0.01,
+        steps=2,
+        accelerator=accelerator,
+        image_size=32,
+    )
+    monkeypatch.undo()
+    assert {name for name, _ in copies} == {"finetune.py", "features.py"}, copies
+    assert all(non_blocking for _, non_blocking in copies), copies

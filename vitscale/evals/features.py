@@ -80,6 +80,7 @@ class EvalImages:
         self.shard = padded[rank::world]
         self.budget = budget
         self.num_workers = num_workers
+        self.pin = accelerator.device.type == "cuda"  # what a copy that does not wait needs
         self._kept: list[Batch] | None = None
 
     def _decode(self) -> Iterator[Batch]:
@@ -92,6 +93,7 @@ class EvalImages:
             collate_fn=collate,
             num_workers=self.num_workers,
             worker_init_fn=worker_init,
+            pin_memory=self.pin,
             generator=torch.Generator(),  # leave the training RNG streams untouched
         )
 
@@ -123,10 +125,11 @@ def apply(
     Targets come back as the dataset gives them: class indices, or multi-hot vectors for
     multi-label sets (which upstream precision@1 needs)."""
     outputs, targets = [], []
-    for batch in images:
+    device = accelerator.device
+    for batch in images:  # copies queued, not waited for (pinned batches on a GPU)
         with accelerator.autocast():
-            outputs.append(fn(batch.images.to(accelerator.device)).float())
-        targets.append(batch.targets.to(accelerator.device))
+            outputs.append(fn(batch.images.to(device, non_blocking=True)).float())
+        targets.append(batch.targets.to(device, non_blocking=True))
     n = len(images.indices)
     return _in_order(torch.cat(outputs), accelerator, n), _in_order(
         torch.cat(targets), accelerator, n

@@ -161,7 +161,7 @@ def train_and_score(
         model.train()
         for step in range(start, steps):
             images, targets = next(batches)
-            step_once(images.to(device, non_blocking=True), targets.to(device))
+            step_once(images.to(device, non_blocking=True), targets.to(device, non_blocking=True))
             progress.maybe_stop(key, step + 1, state)
         del batches  # its worker processes end here
         accuracy = _top1(model, eval_set, cfg=cfg, accelerator=accelerator, num_workers=num_workers)

@@ -242,7 +242,9 @@ class DeviceDecoder:
         images = TF.to_dtype(torch.stack(pixels), torch.float32, scale=True).sub_(0.5).div_(0.5)
         return Batch(
             images=images,
-            targets=targets.to(self.device, non_blocking=True),
+            targets=(targets.pin_memory() if self.device.type == "cuda" else targets).to(
+                self.device, non_blocking=True
+            ),
             skipped=tuple(skipped),
         )
 
