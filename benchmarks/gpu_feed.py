@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TOTAL_S = 460  # every cap together, the scenes step taking what the others left: < 8 min
+TOTAL_S = 475  # every cap together, the scenes step taking what the others left: < 8 min
 KILL_AFTER_S = 5  # SIGTERM at cap - 5 s (the trainer checkpoints, Python flushes), then KILL
 MODELS = "ViT-B/16,BiT-R50x1,R50x1+ViT-B/16"  # (b) and (c): the issue's three
 FEED_TARGET = 0.95  # (a): the better feed's share of resident speed
@@ -97,7 +97,7 @@ def steps(out: Path, python: str = sys.executable) -> list[Step]:
         Step(
             "b_compiled",
             f"(b) the same, torch.compile: {MODELS}",
-            135,
+            125,
             (python, "benchmarks/timm_side_by_side.py", "--models", MODELS, "--compile")
             + ("compiled", "--batch", "256", "--steps", "10", "--rounds", "2")
             + ("--out", str(out / "b_compiled.json")),
@@ -117,6 +117,17 @@ def steps(out: Path, python: str = sys.executable) -> list[Step]:
             "H100's 2,404, 1,984, ~740 img/s), then 20 s of the loader alone",
         ),
         Step(
+            "c_phases",
+            "(c) the trainer's clocks: result.json's time_s['step'] against CUDA events "
+            "around each step (>= 0.95 of them), fine-tuning's img/s and its host's share "
+            "of each step (well under 1: copies queued, not waited for)",
+            40,
+            (python, "benchmarks/phase_check.py", "--device", "cuda", "--model", "ViT-S/16")
+            + ("--steps", "40", "--finetune-steps", "20", "--out", str(out / "c_phases.json")),
+            "one process: ~15 s to start and build, 40 + 20 steps of 128 at 224 px of "
+            "ViT-S/16 (~4x ViT-B/16's 2,404 img/s: ~3 s), its fine-tuning test pass",
+        ),
+        Step(
             "d_derive",
             "(d) from (a) and (c): data.decode: auto's choice, the memory check, the "
             "calibration rows; written for the lead to commit, nothing applied",
@@ -126,19 +137,22 @@ def steps(out: Path, python: str = sys.executable) -> list[Step]:
         ),
     ]
     registered = SCENES_DRAFT not in (ROOT / "experiments/preregistered/scenes.md").read_text()
+    left = TOTAL_S - sum(s.cap_s for s in fixed)
     scenes = Step(
         "e_scenes",
         "(e) if time remains: the first cells of the scenes GPU study",
-        TOTAL_S - sum(s.cap_s for s in fixed),
+        left,
         (python, "-m", "vitscale.cli", "grid", "experiments/scenes_gpu.yaml")
         + ("--executor", "local", "--workers", "1", "--runs", str(out / "e_scenes_runs"))
         + ("--stop-timeout", str(KILL_AFTER_S - 1)),
         "what the steps before left of TOTAL_S; a cell stopped by the cap has checkpointed "
         "and resumes from there",
-        skip=None
-        if registered
-        else "experiments/scenes_gpu.yaml is a draft, not registered "
-        "(experiments/preregistered/scenes.md, registration 4): no cell runs before",
+        skip="experiments/scenes_gpu.yaml is a draft, not registered "
+        "(experiments/preregistered/scenes.md, registration 4): no cell runs before"
+        if not registered
+        else f"{left} s left of TOTAL_S: under a minute, no cell would get past its start"
+        if left < 60
+        else None,
     )
     return [*fixed, scenes]
 
@@ -283,6 +297,16 @@ def summary(out: Path, results: list[dict]) -> str:
             f"| {r['model']} | {r['micro_batch']} | {r['peak_gib']:.1f} | {r['estimate_gib']:.1f} "
             f"| {r['estimate_over_peak']:.2f}{'' if r['within'] else ' (outside)'} |"
             for r in m
+        ]
+    if c := _load(out / "c_phases.json"):
+        lines += [
+            "",
+            f"## (c) the trainer's clocks, {c['model']}",
+            "",
+            f"time_s['step'] {c['time_s']['step']:.2f} s against CUDA events "
+            f"{c['pretrain_device_s']:.2f} s: share {c['step_share']:.2f} (target >= 0.95); "
+            f"fine-tuning {c['finetune_images_per_s'] or 0:,.0f} img/s, host "
+            f"{c['finetune_host_share'] or 0:.2f} of each step's device time",
         ]
     if rows := derived.get("calibration_rows"):
         lines += ["", f"## (d) calibration rows for slurm/profiles/calibration.csv: `{rows}`"]

@@ -163,13 +163,15 @@ def main(argv: list[str] | None = None) -> dict:
         c = count(args.model, args.image_size, num_classes=args.num_classes)
         achieved = medians["ours"] * 3 * c.flops
         gpu = torch.cuda.get_device_name()
-        peak = peak_flops(device)
+        peak = peak_flops(device, args.precision)
         print(
             f"  {gpu}: {achieved / 1e12:.1f} TFLOP/s model FLOPs (3 x {c.flops / 1e9:.2f} GFLOP/image)"
         )
         if peak:
             out["mfu"] = achieved / peak
-            print(f"  MFU {100 * out['mfu']:.1f}% of {peak / 1e12:.0f} TFLOP/s dense bf16 peak")
+            print(
+                f"  MFU {100 * out['mfu']:.1f}% of {peak / 1e12:.0f} TFLOP/s dense {args.precision} peak"
+            )
     return out
 
 

@@ -178,7 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     from vitscale.flops import count
     from vitscale.train.runtime import peak_flops_of
 
-    peak = peak_flops_of(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+    peak = (
+        peak_flops_of(torch.cuda.get_device_name(device), precision)
+        if device.type == "cuda"
+        else None
+    )
     feeds = ["resident"] + (["shards"] if args.shards else [])
     rows = []
     for ours in models:

@@ -127,7 +127,9 @@ def test_fewshot_features_use_the_evaluation_view_of_real_datasets(tmp_path):
         )
     )
     accelerator, _ = make_accelerator(precision="fp32")
-    evaluator = TransferEvaluator(cfg, accelerator=accelerator, upstream_num_classes=256)
+    evaluator = TransferEvaluator(
+        cfg, accelerator=accelerator, upstream_num_classes=256, batch_size=cfg.eval.batch_size
+    )
     (fs,) = evaluator.fewshot
     model = create_model("ViT-Pico/4", num_classes=256, image_size=32).eval()
     from vitscale.evals.features import run_model

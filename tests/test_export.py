@@ -21,6 +21,7 @@ from vitscale.models import create_model, load_pretrained
 from vitscale.train import checkpoint
 
 from .helpers.models import fill_, official, rel
+from .helpers.runs import ALONE
 
 timm = pytest.importorskip("timm")
 
@@ -42,9 +43,7 @@ def _run_folder(tmp_path, name: str, *, image_size: int, head: str, num_classes:
     rf.write_json_atomic(run / rf.CONFIG, resolved)
     model = fill_(create_model(name, num_classes=num_classes, image_size=image_size, head=head))
     state = {"model": model.state_dict(), "progress": {"step": 3}}
-    checkpoint.save(
-        run / rf.CHECKPOINTS, step=3, state=state, rank=0, num_processes=1, barrier=lambda: None
-    )
+    checkpoint.save(run / rf.CHECKPOINTS, step=3, state=state, accelerator=ALONE)
     return run, model.eval()
 
 

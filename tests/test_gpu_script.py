@@ -24,7 +24,7 @@ from benchmarks import gpu_feed  # noqa: E402
 from benchmarks.timm_side_by_side import PAIRS  # noqa: E402
 from vitscale.catalog import parse  # noqa: E402
 
-KEYS = ["env", "a_feed", "b_eager", "b_compiled", "c_trainer", "d_derive", "e_scenes"]
+KEYS = ["env", "a_feed", "b_eager", "b_compiled", "c_trainer", "c_phases", "d_derive", "e_scenes"]
 
 
 def _gpu_feed(out: Path, *args: str) -> subprocess.CompletedProcess:
@@ -159,3 +159,20 @@ def test_the_feeds_of_step_a_run_on_the_cpu(tmp_path):
         torch.set_num_threads(threads)
     assert rates.keys() == {"resident", "loader", "loader_gpu_decode"}
     assert all(r > 0 for r in rates.values())
+
+
+def test_the_clock_check_runs_the_trainer_and_fine_tuning_and_reports_both(tmp_path, capsys):
+    """benchmarks/phase_check.py end to end on the CPU, tiny: no events here, so the host's
+    times stand for the device's and the step phase holds all of them (share about 1)."""
+    from benchmarks import phase_check
+
+    out = tmp_path / "c_phases.json"
+    args = ["--device", "cpu", "--model", "ViT-Pico/4", "--image-size", "32", "--batch", "16"]
+    args += ["--steps", "6", "--log-every", "3", "--finetune-steps", "4", "--out", str(out)]
+    assert phase_check.main(args) == 0
+    got = json.loads(out.read_text())
+    assert got["events"] is False and got["finetune_steps"] == 4
+    assert 0.95 <= got["step_share"] < 1.2, got
+    assert got["finetune_images_per_s"] > 0 and got["finetune_host_share"] == pytest.approx(1.0)
+    assert "fine-tuning" in capsys.readouterr().out
+    assert "## (c) the trainer's clocks, ViT-Pico/4" in gpu_feed.summary(tmp_path, [])

@@ -246,3 +246,47 @@ def test_decoding_on_the_device_is_in_the_estimate_that_picks_the_micro_batch(
         (placed[decode],) = place_grid(load_grid(path), profile)
     at_least = 256 * 3 * 224 * 224  # the batch's crops alone, uint8
     assert placed["device"].pretrain.total - placed["workers"].pretrain.total >= at_least
+
+
+def test_evaluation_batches_fit_beside_what_training_keeps(monkeypatch):
+    """Evaluation runs with pre-training's weights, gradients and AdamW moments still
+    allocated, then fine-tuning's model beside the pre-trained one: ``eval.batch_size``
+    taken as given made an evaluation-only out-of-memory error on a smaller GPU (on one
+    rank, a cell that failed every time). Fitted, a batch that would not fit is cut to
+    one that does; on a GPU with room, or on a CPU, it is kept."""
+    from vitscale.config import resolve
+    from vitscale.train.hardware import eval_batch_for, finetune_eval_batch_for
+
+    cfg = resolve(
+        {
+            "model": {"name": "ViT-L/16"},
+            "data": {"dataset": "synthetic-textures", "image_size": 224},
+            "train": {"steps": 10, "batch_size": 256, "precision": "bf16"},
+            "optim": {"warmup_steps": 1},
+            "eval": {"batch_size": 1024},
+            "wandb": {"mode": "disabled"},
+        }
+    )
+    gib = [80]
+    props = type("Properties", (), {"total_memory": property(lambda self: gib[0] * memory.GiB)})
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d=None: props())
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA H100 80GB HBM3")
+    cuda = torch.device("cuda", 0)
+    heads = dict(
+        num_classes=1000, head="pretrain", pool=cfg.model.pool, pre_logits=cfg.model.pre_logits
+    )
+    step = memory.estimate("ViT-L/16", image_size=224, micro_batch=1, **heads)
+    forward = memory._saved("ViT-L/16", 224, "bf16", "cuda", **heads, dropout=0.0).largest
+
+    def fits(batch: int, resident: int) -> bool:
+        used = resident + 2 * batch * forward + memory.WORKSPACE_BYTES
+        return used <= memory.usable_bytes(gib[0] * memory.GiB)
+
+    assert eval_batch_for(cfg, per_process=256, num_classes=1000, device=cuda) == 1024
+    gib[0] = 8  # the state alone is 4.5 GiB of the 6.2 usable
+    batch = eval_batch_for(cfg, per_process=256, num_classes=1000, device=cuda)
+    assert 1 < batch < 1024 and fits(batch, step.resident) and not fits(batch + 1, step.resident)
+    tuned = finetune_eval_batch_for(cfg, num_classes=10, image_size=384, device=cuda)
+    assert 1 <= tuned < batch  # 576 tokens, not 196; SGD's state and the pre-trained model
+    cpu = torch.device("cpu")
+    assert eval_batch_for(cfg, per_process=256, num_classes=1000, device=cpu) == 1024

@@ -75,16 +75,35 @@ def test_auto_precision_is_bf16_only_where_the_gpu_has_it(monkeypatch, gpu, majo
     assert runtime.resolve_precision("bf16") == "bf16"  # asked for: as asked
 
 
-def test_fp32_matmuls_may_use_tf32():
+def test_fp32_matmuls_may_use_tf32_and_convolutions_are_autotuned():
+    """TF32 for what stays fp32; cuDNN times its algorithms once per input shape and keeps
+    the fastest: training's shapes are fixed (a resolution, a micro-batch), so BiT's and
+    the hybrids' convolutions pay it on the first step only."""
     import torch
 
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    flags = (torch.backends.cuda.matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32")
+    flags += ((torch.backends.cudnn, "benchmark"),)
+    old = [getattr(owner, name) for owner, name in flags]
     try:
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        for owner, name in flags:
+            setattr(owner, name, False)
         runtime.make_accelerator(precision="fp32")
-        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        assert [getattr(owner, name) for owner, name in flags] == [True, True, True]
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+        for (owner, name), value in zip(flags, old, strict=True):
+            setattr(owner, name, value)
+
+
+def test_mfu_is_against_the_peak_of_the_precision_used(monkeypatch):
+    """fp32 runs its matmuls on TF32 tensor cores, whose peak is half bf16's: an fp32 run
+    measured against the bf16 peak would read 2x low."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100-SXM4-80GB")
+    gpu = torch.device("cuda", 0)
+    assert runtime.peak_flops(gpu, "bf16") == pytest.approx(312e12)
+    assert runtime.peak_flops(gpu, "fp32") == pytest.approx(156e12)
+    assert runtime.peak_flops(torch.device("cpu"), "fp32") is None
 
 
 def test_process_group_timeout_covers_a_checkpoint_write():
@@ -259,7 +278,9 @@ def test_upstream_top1_reads_the_sample(tmp_path):
 
     cfg = resolve(tiny_config(eval={"fewshot": {"datasets": []}, "upstream": {"examples": 40}}))
     accelerator, _ = runtime.make_accelerator(precision="fp32")
-    evaluator = TransferEvaluator(cfg, accelerator=accelerator, upstream_num_classes=256)
+    evaluator = TransferEvaluator(
+        cfg, accelerator=accelerator, upstream_num_classes=256, batch_size=cfg.eval.batch_size
+    )
     test = build_dataset("synthetic", "test", image_size=32)
     assert evaluator.upstream.indices == evaluation_sample(len(test), 40, seed=cfg.seed)
     assert evaluator.upstream.indices != list(range(40))

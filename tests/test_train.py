@@ -20,7 +20,7 @@ from vitscale.train import Preempted, checkpoint, step, train
 from vitscale.train.timing import PHASES
 
 from .helpers.configs import tiny_config
-from .helpers.runs import assert_same_run, rows_of, signal_at, weights
+from .helpers.runs import ALONE, assert_same_run, rows_of, signal_at, weights
 
 
 @pytest.fixture(scope="module")
@@ -365,7 +365,7 @@ def save(*args, **kwargs):  # rank 0 writes while the others wait: the group's t
     return real_save(*args, **kwargs)
 
 checkpoint.save = save
-pretrain.peak_flops = lambda device: 1e12  # a device with a known peak, so MFU is logged
+pretrain.peak_flops = lambda device, precision: 1e12  # a device with a known peak, so MFU is logged
 sys.exit(main(["train", sys.argv[1], "--workdir", sys.argv[2]]))
 """
 
@@ -508,6 +508,56 @@ def test_phase_times_include_the_time_the_host_waits_for_the_device(tmp_path, mo
     assert t["log"] < 0.3, t  # nothing left to wait for when the row is made
 
 
+def test_the_stop_agreement_overlaps_the_next_step_between_sync_steps(tmp_path, monkeypatch):
+    """Ranks agree on a stop signal, a round trip over the network (tens of ms at 64
+    ranks, benchmarks/stop_check.py). A fake stop group here takes 0.1 s to agree and the
+    host 0.1 s to queue a step: between sync steps the loop starts a sum about once a
+    second and reads it when it starts the next, so the round trips overlap the steps
+    instead of adding to each (it used to wait for one after every step: 12 x 0.1 s). A
+    stop signal still stops every rank
+    at the same step (tests/faults/test_ranks.py)."""
+    import time
+
+    import torch.distributed as dist
+
+    from vitscale.train import run as run_module
+
+    group, latency, waited = object(), 0.1, [0.0]
+
+    class Work:
+        def __init__(self) -> None:
+            self.done_at = time.perf_counter() + latency
+
+        def wait(self) -> bool:
+            started = time.perf_counter()
+            time.sleep(max(self.done_at - started, 0.0))
+            waited[0] += time.perf_counter() - started
+            return True
+
+    def all_reduce(tensor, group=None, async_op=False):  # one rank: the sum is itself
+        work = Work()
+        return work if async_op else work.wait()
+
+    real_loss = step.loss_fn
+
+    def host_queues_a_step(*args, **kwargs):
+        time.sleep(latency)
+        return real_loss(*args, **kwargs)
+
+    monkeypatch.setattr(run_module, "agreement_group", lambda timeout=None: group)
+    monkeypatch.setattr(dist, "all_reduce", all_reduce)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 1)
+    monkeypatch.setattr(step, "loss_fn", host_queues_a_step)
+    config = tiny_config(
+        train={"steps": 12, "log_every": 12, "eval_every": None, "checkpoint_every": None},
+        eval={"fewshot": {"datasets": []}, "upstream": {"examples": 0}},
+    )
+    result = train(config, tmp_path)
+    monkeypatch.undo()
+    assert result.status == rf.STATUS_DONE
+    assert waited[0] < 2 * latency, waited  # the last step's (a sync step) and little else
+
+
 def test_throughput_and_mfu_leave_out_evaluations_and_checkpoints(tmp_path, monkeypatch):
     """A row's images/s and MFU counted the time since the previous row,
     whose evaluation and checkpoint came after it was logged: a tiny CPU run logged 268 ->
@@ -527,7 +577,7 @@ def test_throughput_and_mfu_leave_out_evaluations_and_checkpoints(tmp_path, monk
 
     monkeypatch.setattr(Run, "evaluate", lambda self: time.sleep(1.5) or {})
     monkeypatch.setattr(Run, "save_checkpoint", slow_save)
-    monkeypatch.setattr(pretrain, "peak_flops", lambda device: 1e12)  # MFU is logged
+    monkeypatch.setattr(pretrain, "peak_flops", lambda device, precision: 1e12)  # MFU is logged
     config = tiny_config(
         train={"steps": 6, "log_every": 2, "eval_every": 2, "checkpoint_every": 2},
         eval={"fewshot": {"datasets": []}, "upstream": {"examples": 0}},
@@ -617,9 +667,7 @@ def test_resuming_maps_the_checkpoint_instead_of_reading_a_copy_per_rank(tmp_pat
     is eight copies of the weights and optimiser state at once on an 8-GPU node. Mapped,
     the pages are the page cache's until a rank writes to them."""
     big = {"model": {"w": torch.randn(32, 1024, 1024)}}  # 128 MiB
-    path = checkpoint.save(
-        tmp_path, step=1, state=big, rank=0, num_processes=1, barrier=lambda: None
-    )
+    path = checkpoint.save(tmp_path, step=1, state=big, accelerator=ALONE)
     del big
     before = _rss_bytes()
     state, _ = checkpoint.load(path, rank=0)

@@ -49,13 +49,20 @@ PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
 )
 
 
-def peak_flops_of(device_name: str) -> float | None:
-    """Dense bf16 peak FLOP/s of one GPU from its CUDA name (or a part of it, as a
-    profile's ``gpu_type``), or None if not in the table."""
-    return next(
+# fp32 matmuls and convolutions run on TF32 tensor cores (vitscale.train.runtime enables
+# them), whose dense peak is half the bf16 one on every GPU above (the same data sheets).
+PRECISION_SHARE = {"bf16": 1.0, "fp32": 0.5}
+
+
+def peak_flops_of(device_name: str, precision: str = "bf16") -> float | None:
+    """Dense peak FLOP/s of one GPU from its CUDA name (or a part of it, as a profile's
+    ``gpu_type``) at ``precision`` (``fp32`` on TF32 tensor cores), or None if not in
+    the table."""
+    bf16 = next(
         (v for pattern, v in PEAK_BF16_FLOPS if re.search(pattern, device_name, re.IGNORECASE)),
         None,
     )
+    return None if bf16 is None else bf16 * PRECISION_SHARE[precision]
 
 
 @dataclass(frozen=True)

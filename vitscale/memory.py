@@ -76,9 +76,14 @@ class MemoryEstimate:
     temporaries: int  # the optimiser step's (foreach) temporaries
 
     @property
-    def total(self) -> int:
+    def resident(self) -> int:
+        """What stays allocated between steps: an evaluation runs beside it."""
         state = self.weights + self.gradients + self.optimizer + self.buckets + self.kept
-        return state + self.decode + max(self.activations + self.transient, self.temporaries)
+        return state + self.decode
+
+    @property
+    def total(self) -> int:
+        return self.resident + max(self.activations + self.transient, self.temporaries)
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"total": self.total}
@@ -200,6 +205,19 @@ def estimate(
         transient=2 * micro_batch * s.largest + WORKSPACE_BYTES,
         temporaries=4 * params,
     )
+
+
+def evaluation_batch(
+    requested: int, memory_bytes: float, *, resident: int, name: str, image_size: int,
+    precision: str, **heads,
+) -> int:  # fmt: skip
+    """The largest batch up to ``requested`` whose forward pass without gradients fits
+    ``memory_bytes`` beside ``resident`` bytes (a training step's, :attr:`MemoryEstimate.
+    resident`): nothing is saved for a backward pass, so what is live at once is a layer's
+    input and output (two of the largest activations) and the workspaces; 1 if none fits."""
+    largest = _saved(name, image_size, precision, "cuda", **heads, dropout=0.0).largest
+    room = usable_bytes(memory_bytes) - resident - WORKSPACE_BYTES
+    return max(1, min(requested, room // (2 * largest)))
 
 
 def decode_bytes(batch: int, *, image_size: int) -> int:

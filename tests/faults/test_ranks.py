@@ -94,10 +94,13 @@ def launched(tmp_path_factory) -> tuple[Path, list[dict], str]:
 
 
 def test_every_rank_resumes_from_the_checkpoint_rank0_chose(launched):
-    """Rank 1 alone would find the latest checkpoint (step 7) unreadable: both ranks still
-    resume at step 7, the one rank 0 verified, and finish together (no hang)."""
+    """Stopping, rank 1 alone saw the checkpoint of step 7 as published already (a stale
+    entry): both ranks wrote it, as rank 0 decided. Rank 1 alone would find that checkpoint
+    unreadable: both ranks still resume at step 7, the one rank 0 verified, and finish
+    together (no hang)."""
     out, seen, output = launched
     assert [s["stopped"] for s in seen] == [7, 7]
+    assert seen[0]["stopped_files"] == ["rng_rank0.pt", "rng_rank1.pt", checkpoint.STATE]
     assert [s["resumed_at"] for s in seen] == [7, 7], output[-3000:]
     assert [s["status"] for s in seen] == [rf.STATUS_DONE] * 2
     assert "(step 7, restart 1): rank 0's choice, loaded by all 2 processes" in output
@@ -151,6 +154,21 @@ def test_the_stop_signals_group_beside_nccl_waits_as_long_as_the_run(launched):
 
     _, seen, _ = launched
     assert [s["stop_group_timeout_s"] for s in seen] == [STOP_GROUP_TIMEOUT_S] * 2
+
+
+def test_between_sync_steps_every_rank_stops_at_the_same_step_soon_after(launched):
+    """Between sync steps the loop agrees on a stop about once a second, without waiting
+    for the answer (its round trip overlaps the next steps): rank 0 alone signalled, both
+    ranks stop at one step, within about two seconds' steps, before the next sync step."""
+    from vitscale.train.signals import STOP_CHECK_S
+
+    from ..helpers.ranks_driver import SIGNAL_STEP, STEP_S, SYNC_EVERY
+
+    _, seen, _ = launched
+    stopped = [s["stopped_between_syncs"] for s in seen]
+    assert stopped[0] == stopped[1], stopped
+    assert stopped[0] is not None and stopped[0] < SYNC_EVERY, stopped
+    assert SIGNAL_STEP < stopped[0] <= SIGNAL_STEP + 2 * STOP_CHECK_S / STEP_S + 1, stopped
 
 
 def test_each_rank_draws_its_own_dropout_and_a_resume_is_exact(launched):

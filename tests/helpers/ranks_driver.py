@@ -4,7 +4,8 @@ saw to ``<out>/rank<r>.json``: a run uninterrupted (``whole``: the first dropout
 rank drew recorded), then the same run stopped and resumed (``stopped``). The faults are
 injected on one rank only, in this process:
 
-- ``stopped``: rank 0 alone gets SIGUSR1 during step 7 (the ranks must agree to stop);
+- ``stopped``: rank 0 alone gets SIGUSR1 during step 7 (the ranks must agree to stop),
+  and rank 1's filesystem lists step 7's checkpoint as there before it is (a stale entry);
 - ``load fails on rank 1``: resuming it, rank 1 cannot read its checkpoint files;
 - ``verify fails on rank 1``: resuming it again, rank 1 alone would find the latest
   checkpoint unreadable (a transient read error) if it looked.
@@ -14,7 +15,9 @@ step 2; resuming it, rank 1 alone would find no fine-tuning checkpoint if it loo
 listing that lags on a shared filesystem): the step each rank goes on from.
 
 Last, a run with ``data.download`` is set up and opened (``download``): when each rank
-built its datasets; and the stop signal's group is created as beside NCCL: its timeout.
+built its datasets; the stop signal's group is created as beside NCCL: its timeout; and
+the training loop's stop check, between sync steps, with a signal on rank 0 alone at step
+:data:`SIGNAL_STEP`: the step each rank stops at.
 
     torchrun --standalone --nproc_per_node 2 ranks_driver.py CONFIG.json OUT
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import signal
 import sys
 import time
@@ -45,11 +49,15 @@ def main(config: dict, out: Path) -> None:
     with _Patch(F, "dropout", _recording_first_mask(seen), ranks=(0, 1)):
         train(config, out / "whole")
     stopped = out / "stopped"
-    with _on_rank0(step, "loss_fn", _signal_at(STOP_AT)):
+    with (
+        _on_rank0(step, "loss_fn", _signal_at(STOP_AT)),
+        _on_rank1(pathlib.Path, "exists", _listed(checkpoint._name(STOP_AT))),
+    ):
         try:
             train(config, stopped)
         except Preempted as e:
             seen["stopped"] = e.step
+    seen["stopped_files"] = sorted(os.listdir(stopped / rf.CHECKPOINTS / checkpoint._name(STOP_AT)))
     with _on_rank1(checkpoint, "load", _fails):
         try:
             train(config, stopped)
@@ -63,6 +71,7 @@ def main(config: dict, out: Path) -> None:
     seen["finetune"] = _finetune_stopped_and_resumed(config, out / "finetune")
     seen["builds"] = _builds_when_downloading(config, out / "download")
     seen["stop_group_timeout_s"] = _stop_group_timeout_beside_nccl()
+    seen["stopped_between_syncs"] = _stop_between_sync_steps()
     (out / f"rank{RANK}.json").write_text(json.dumps(seen))
 
 
@@ -126,6 +135,27 @@ def _stop_group_timeout_beside_nccl() -> float:
     return group._get_backend(torch.device("cpu")).options._timeout.total_seconds()
 
 
+SIGNAL_STEP, STEP_S, SYNC_EVERY = 5, 0.25, 24
+
+
+def _stop_between_sync_steps() -> int | None:
+    """The step at which :class:`~vitscale.train.signals.StopCheck` says stop, with steps
+    of :data:`STEP_S`, sync steps every :data:`SYNC_EVERY` and rank 0 alone signalled at
+    :data:`SIGNAL_STEP`."""
+    import torch.distributed as dist
+
+    from vitscale.train.signals import StopCheck
+
+    flag = PreemptionFlag()
+    check = StopCheck(flag, dist.group.WORLD)
+    for at in range(1, SYNC_EVERY + 1):
+        time.sleep(STEP_S)
+        flag.requested |= RANK == 0 and at == SIGNAL_STEP
+        if check.after_step(sync=at % SYNC_EVERY == 0):
+            return at
+    return None
+
+
 def _builds_when_downloading(config: dict, run_dir: Path) -> list:
     """Set up a run with ``data.download`` (and its upstream evaluation) and open it:
     ``[name, split, started, ended]`` of every dataset it built, each build taking 0.3 s
@@ -178,6 +208,15 @@ def _on_rank0(module, name: str, value) -> _Patch:
 
 def _on_rank1(module, name: str, value) -> _Patch:
     return _Patch(module, name, value, ranks=(1,))
+
+
+def _listed(name: str):
+    """``Path.exists`` that says yes for every path called ``name``."""
+
+    def wrap(real):
+        return lambda path: path.name == name or real(path)
+
+    return wrap
 
 
 def _signal_at(call: int):

@@ -1,11 +1,12 @@
 """Comparing runs: metrics rows without the wall clock, checkpoint weights, and a stop
-signal sent at a known step."""
+signal sent at a known step, and one process alone as the checkpoint writer sees it."""
 
 from __future__ import annotations
 
 import os
 import signal
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -14,6 +15,8 @@ from vitscale.train import checkpoint, step
 
 # metrics.jsonl entries that depend on the wall clock: left out when runs are compared
 TIMING_KEYS = {rf.THROUGHPUT, rf.MFU}
+
+ALONE = SimpleNamespace(process_index=0, num_processes=1, wait_for_everyone=lambda: None)
 
 
 def rows_of(run_dir: Path) -> list[dict]:

@@ -39,8 +39,16 @@ class _FewShotSet:
 
 class TransferEvaluator:
     def __init__(
-        self, cfg: Config, *, accelerator, upstream_num_classes: int, num_workers: int = 0
+        self,
+        cfg: Config,
+        *,
+        accelerator,
+        upstream_num_classes: int,
+        batch_size: int,
+        num_workers: int = 0,
     ) -> None:
+        """``batch_size``: per process, ``eval.batch_size`` as fitted to the device
+        (:func:`vitscale.train.hardware.eval_batch_for`)."""
         self.cfg = cfg
         self.accelerator = accelerator
         self.num_workers = num_workers
@@ -49,7 +57,7 @@ class TransferEvaluator:
             root=d.root, image_size=d.image_size, download=d.download, holdout=d.holdout
         )
         self._images = dict(
-            batch_size=cfg.eval.batch_size,
+            batch_size=batch_size,
             accelerator=accelerator,
             budget=Budget(EVAL_CACHE_BYTES),
             num_workers=num_workers,

@@ -40,6 +40,7 @@ import torch
 
 from .. import record as rf
 from ..errors import DiskFullError, disk_full_message, is_disk_full
+from .runtime import from_rank0
 
 PREFIX = rf.CHECKPOINT_PREFIX
 TMP_PREFIX = ".tmp-"
@@ -219,21 +220,23 @@ def save(
     *,
     step: int,
     state: dict[str, Any],
-    rank: int,
-    num_processes: int,
-    barrier,
+    accelerator,
     pinned=(),
 ) -> Path:
-    """Write a checkpoint for ``step`` from every process; rank 0 publishes it.
+    """Write a checkpoint for ``step`` from every process of ``accelerator``; rank 0
+    publishes it.
 
     ``state`` (model, optimiser, ...) is written by rank 0 only (it is replicated);
-    every rank writes its own RNG state. ``barrier()`` synchronises the processes. The
-    latest complete checkpoint before this one is kept (the fallback), older ones go first,
-    but for the ``pinned`` steps'.
+    every rank writes its own RNG state. Whether the step is published already is rank 0's
+    answer on every rank: a stale entry that one node's filesystem still lists would
+    otherwise send that rank past the barriers the others wait at. The latest complete
+    checkpoint before this one is kept (the fallback), older ones go first, but for the
+    ``pinned`` steps'.
     """
+    rank, barrier = accelerator.process_index, accelerator.wait_for_everyone
     final = directory / _name(step)
     tmp = directory / f"{TMP_PREFIX}{_name(step)}"
-    if final.exists():  # this step is published already (a stop signal at a periodic step)
+    if from_rank0(accelerator, final.exists()):  # published already (a stop at a periodic step)
         return final
     previous = latest(directory)
     try:
@@ -245,7 +248,7 @@ def save(
         _save(rng_state(), tmp / f"rng_rank{rank}.pt")
         barrier()
         if rank == 0:
-            _save({**state, "num_processes": num_processes}, tmp / STATE)
+            _save({**state, "num_processes": accelerator.num_processes}, tmp / STATE)
             _fsync_dir(tmp)
             os.rename(tmp, final)
             _fsync_dir(directory)

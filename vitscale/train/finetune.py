@@ -20,7 +20,7 @@ from ..data import build_dataset, build_loader, finetune_splits, rank0_downloads
 from ..data.registry import finetune_sweep
 from ..evals.features import evaluation_sample, run_model
 from ..models import create_model
-from .hardware import finetune_micro_batch_for
+from .hardware import finetune_eval_batch_for, finetune_micro_batch_for
 from .optim import build_schedule
 from .runtime import prepared
 from .step import Step
@@ -164,7 +164,14 @@ def train_and_score(
             step_once(images.to(device, non_blocking=True), targets.to(device, non_blocking=True))
             progress.maybe_stop(key, step + 1, state)
         del batches  # its worker processes end here
-        accuracy = _top1(model, eval_set, cfg=cfg, accelerator=accelerator, num_workers=num_workers)
+        accuracy = _top1(
+            model,
+            eval_set,
+            cfg=cfg,
+            accelerator=accelerator,
+            num_workers=num_workers,
+            image_size=image_size,
+        )
     progress.record(key, accuracy)
     return accuracy
 
@@ -179,14 +186,17 @@ def _sgd(model: torch.nn.Module, *, lr: float, steps: int):
     return optimizer, schedule
 
 
-def _top1(model, eval_set, *, cfg: Config, accelerator, num_workers: int) -> float:
+def _top1(model, eval_set, *, cfg: Config, accelerator, num_workers: int, image_size: int) -> float:
     """Top-1 on ``eval_set`` (a seeded sample of ``eval.finetune.test_examples`` of it)."""
     model.eval()
+    batch = finetune_eval_batch_for(
+        cfg, num_classes=eval_set.num_classes, image_size=image_size, device=accelerator.device
+    )
     logits, labels = run_model(
         accelerator.unwrap_model(model),
         eval_set,
         evaluation_sample(len(eval_set), cfg.eval.finetune.test_examples, seed=cfg.seed),
-        batch_size=cfg.eval.batch_size,
+        batch_size=batch,
         accelerator=accelerator,
         num_workers=num_workers,
     )

@@ -84,9 +84,7 @@ class FinetuneProgress:
             self.directory,
             step=step,
             state={"key": key, "step": step, **state()},
-            rank=self._rank,
-            num_processes=self.accelerator.num_processes,
-            barrier=self.accelerator.wait_for_everyone,
+            accelerator=self.accelerator,
         )
         if self._rank == 0:
             self._write()

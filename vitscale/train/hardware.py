@@ -36,11 +36,40 @@ def micro_batch_for(
     the device (``data.decode``)."""
     if cfg.train.micro_batch_size:
         return cfg.train.micro_batch_size
+    step = _pretraining(cfg, per_process=per_process, num_classes=num_classes, device=device)
+    return _fit(per_process, device, what="train.micro_batch_size", **step)
+
+
+def eval_batch_for(cfg: Config, *, per_process: int, num_classes: int, device: torch.device) -> int:
+    """``eval.batch_size``, or fewer where its forward pass would not fit beside what
+    pre-training keeps on this GPU (weights, gradients, AdamW's moments)."""
+    step = _pretraining(cfg, per_process=per_process, num_classes=num_classes, device=device)
+    return _fit_evaluation(cfg.eval.batch_size, device, step)
+
+
+def finetune_micro_batch_for(
+    cfg: Config, *, per_process: int, num_classes: int, image_size: int, device: torch.device
+) -> int:
+    """Fine-tuning's micro-batch per process (the pre-trained model stays beside it)."""
+    if cfg.eval.finetune.micro_batch_size:
+        return cfg.eval.finetune.micro_batch_size
+    step = _finetuning(cfg, num_classes=num_classes, image_size=image_size)
+    return _fit(per_process, device, what="eval.finetune.micro_batch_size", **step)
+
+
+def finetune_eval_batch_for(
+    cfg: Config, *, num_classes: int, image_size: int, device: torch.device
+) -> int:
+    """``eval.batch_size`` for a fine-tuned model's test set, fitted as
+    :func:`eval_batch_for` beside what fine-tuning keeps."""
+    step = _finetuning(cfg, num_classes=num_classes, image_size=image_size)
+    return _fit_evaluation(cfg.eval.batch_size, device, step)
+
+
+def _pretraining(cfg: Config, *, per_process: int, num_classes: int, device: torch.device):
+    """The arguments of :func:`vitscale.memory.estimate` for pre-training's step."""
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    return _fit(
-        per_process,
-        device,
-        what="train.micro_batch_size",
+    return dict(
         name=cfg.model.name,
         image_size=cfg.data.image_size,
         num_classes=num_classes,
@@ -55,12 +84,8 @@ def micro_batch_for(
     )
 
 
-def finetune_micro_batch_for(
-    cfg: Config, *, per_process: int, num_classes: int, image_size: int, device: torch.device
-) -> int:
-    """Fine-tuning's micro-batch per process (the pre-trained model stays beside it)."""
-    if cfg.eval.finetune.micro_batch_size:
-        return cfg.eval.finetune.micro_batch_size
+def _finetuning(cfg: Config, *, num_classes: int, image_size: int):
+    """The arguments of :func:`vitscale.memory.estimate` for a fine-tuning step."""
     kept = count(
         cfg.model.name,
         cfg.data.image_size,
@@ -68,10 +93,7 @@ def finetune_micro_batch_for(
         pool=cfg.model.pool,
         pre_logits=cfg.model.pre_logits,
     )
-    return _fit(
-        per_process,
-        device,
-        what="eval.finetune.micro_batch_size",
+    return dict(
         name=cfg.model.name,
         image_size=image_size,
         num_classes=num_classes,
@@ -83,11 +105,33 @@ def finetune_micro_batch_for(
     )
 
 
+def _gpu(device: torch.device) -> tuple[int, int]:
+    """(processes in the run, this GPU's bytes)."""
+    world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+    return world, torch.cuda.get_device_properties(device).total_memory
+
+
+def _fit_evaluation(requested: int, device: torch.device, step: dict) -> int:
+    if device.type != "cuda":
+        return requested
+    world, total = _gpu(device)
+    resident = memory.estimate(micro_batch=1, device="cuda", processes=world, **step).resident
+    heads = ("num_classes", "head", "pool", "pre_logits")
+    return memory.evaluation_batch(
+        requested,
+        total,
+        resident=resident,
+        name=step["name"],
+        image_size=step["image_size"],
+        precision=step["precision"],
+        **{k: step.get(k) for k in heads},
+    )
+
+
 def _fit(per_process: int, device: torch.device, *, what: str, **estimate) -> int:
     if device.type != "cuda":
         return per_process
-    world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-    total = torch.cuda.get_device_properties(device).total_memory
+    world, total = _gpu(device)
     micro, e = memory.fit_micro_batch(
         per_process, total, device="cuda", processes=world, **estimate
     )

@@ -30,7 +30,7 @@ from .finetune import finetune_all
 from .finetune_progress import FinetuneProgress
 from .run import Run, setup
 from .runtime import from_every_rank, mfu, peak_flops
-from .signals import Preempted, PreemptionFlag
+from .signals import Preempted, PreemptionFlag, StopCheck
 
 
 class TrainingFailed(RuntimeError):
@@ -87,7 +87,7 @@ class _Between:
 def pretrain(run: Run) -> None:
     """Steps until ``run.total_steps``; the host waits for the device only at sync steps."""
     t = run.cfg.train
-    peak = peak_flops(run.device)
+    peak = peak_flops(run.device, run.precision)
     run.step_fn.model.train()
     run.watch.totals["setup"] += time.perf_counter() - run.setup_started
     between = _Between(
@@ -97,6 +97,7 @@ def pretrain(run: Run) -> None:
     if (row := run.progress.pop("pending_row", None)) is not None:
         _log_and_evaluate(run, row=row, evaluating=True)  # stopped mid-evaluation: again
     started_at = run.step
+    stop_check = StopCheck(run.preemption, run.stop_group)
     while run.step < run.total_steps:
         with run.watch("data"):
             images, targets = _next_batch(run, between)
@@ -115,7 +116,7 @@ def pretrain(run: Run) -> None:
             t.eval_every and run.step % t.eval_every == 0
         )
         logging = run.step % t.log_every == 0 or run.step == run.total_steps
-        stop = run.preemption.agreed(run.stop_group)  # every step, no wait for the device
+        stop = stop_check.after_step(sync=logging or evaluating or periodic)
         if not (logging or evaluating or periodic or stop):
             continue  # no sync: the host queues the next step at once
         with run.watch("step"):  # the host waits here for the steps it queued: their time

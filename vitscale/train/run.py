@@ -31,7 +31,13 @@ from ..models import create_model
 from ..plan import Plan, plan
 from ..published import Published, published_compute
 from . import checkpoint, finetune_progress
-from .hardware import channels_last_for, compile_model, micro_batch_for, num_workers_for
+from .hardware import (
+    channels_last_for,
+    compile_model,
+    eval_batch_for,
+    micro_batch_for,
+    num_workers_for,
+)
 from .optim import build_adamw, build_schedule
 from .runtime import (
     from_every_rank,
@@ -270,6 +276,12 @@ class Run:
             self.cfg,
             accelerator=self.accelerator,
             upstream_num_classes=self.train_set.num_classes,
+            batch_size=eval_batch_for(
+                self.cfg,
+                per_process=self.cfg.train.batch_size // self.world,
+                num_classes=self.train_set.num_classes,
+                device=self.device,
+            ),
             num_workers=self.num_workers,
         )
         self.batches = iter(
@@ -297,9 +309,7 @@ class Run:
             self.run_dir / rf.CHECKPOINTS,
             step=self.step,
             state=state,
-            rank=self.rank,
-            num_processes=self.world,
-            barrier=self.accelerator.wait_for_everyone,
+            accelerator=self.accelerator,
             pinned=self.cfg.branch.keep,
         )
 

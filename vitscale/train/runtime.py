@@ -98,6 +98,9 @@ def make_accelerator(
     # per-backend API raises when mixed with them, and these touch CUDA only).
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
+    # Shapes are fixed within a run (one resolution, one micro-batch): cuDNN's autotuning
+    # costs the first step of each shape and picks the fastest convolution thereafter.
+    torch.backends.cudnn.benchmark = True
     handlers = [InitProcessGroupKwargs(timeout=timeout)] if timeout is not None else []
     accelerator = Accelerator(
         cpu=use_cpu(),
@@ -174,11 +177,12 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-def peak_flops(device: torch.device) -> float | None:
-    """Dense bf16 peak of the GPU ``device`` is on, if known (for model-FLOPs utilisation)."""
+def peak_flops(device: torch.device, precision: str) -> float | None:
+    """Dense peak at ``precision`` (as resolved) of the GPU ``device`` is on, if known:
+    model-FLOPs utilisation against what that precision can reach."""
     if device.type != "cuda":
         return None
-    return peak_flops_of(torch.cuda.get_device_name(device))
+    return peak_flops_of(torch.cuda.get_device_name(device), precision)
 
 
 def mfu(images_per_s: float, *, flops_per_image: float, processes: int, peak: float) -> float:

@@ -12,6 +12,10 @@ ignored when the process started (``nohup``, a background job) stays ignored.
 The processes of a run must stop at the same step, so after every step they agree on the
 flag (:meth:`PreemptionFlag.agreed`): a sum of one number over a gloo group, on the CPU,
 so the agreement never waits for the GPU (a NaN check does, and waits for the log step).
+Between sync steps the training loop agrees without waiting (:class:`StopCheck`): a sum
+started every few steps is read a few steps later, so its round trip (2(N-1) hops for N
+ranks, milliseconds at 64: benchmarks/stop_check.py) overlaps the host's queueing of
+those steps instead of adding to each; a stop comes a few steps later there.
 
 The flag is installed for the whole of a run, before any loader worker is forked: SLURM
 signals the workers too, and they ignore the signals (:mod:`vitscale.data.workers`).
@@ -27,6 +31,11 @@ import time
 from ..data.workers import STOP_SIGNALS
 
 SECOND_INTERRUPT_S = 1.0
+# Between sync steps, how often the processes agree on a stop: a sum's round trip at 64
+# ranks on loopback took 25 ms, 2.5 small steps of 10 ms (benchmarks/stop_check.py), so one
+# a second costs about 0.1% of such steps (the host's share in a sum: ~1 ms) and delays a
+# stop by about 2 s, in a signal window of a minute or more.
+STOP_CHECK_S = 1.0
 
 
 def agreement_group(*, timeout: dt.timedelta | None = None):
@@ -92,6 +101,59 @@ class PreemptionFlag:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._previous.clear()
+
+
+class StopCheck:
+    """The training loop's agreement on ``flag`` over ``group``: at every sync step, and
+    between them a sum started about every :data:`STOP_CHECK_S` seconds and read when the
+    next one starts, so that its round trip overlaps the steps between. The sum carries
+    each process's seconds since the last one, from which every process computes the same
+    number of steps to the next; every process makes the same calls
+    in the same order, so all read the same sums. A signal is acted on within about
+    ``2 * STOP_CHECK_S``, or at the next sync step."""
+
+    def __init__(self, flag: PreemptionFlag, group) -> None:
+        self.flag, self.group = flag, group
+        self._pending = None  # (the sum's tensor, its work)
+        self._since = 0  # steps since the last sum started or was read
+        self._every = 1  # steps from one sum to the next
+        self._started = time.perf_counter()
+        if group is not None:
+            import torch.distributed as dist
+
+            self._world = dist.get_world_size(group)
+
+    def after_step(self, *, sync: bool = False) -> bool:
+        """Whether to stop now. ``sync``: the host waits for the device at this step
+        anyway, so the agreement is made and read at once."""
+        if self.group is None:
+            return self.flag.requested
+        import torch
+        import torch.distributed as dist
+
+        self._since += 1
+        if not sync and self._since < self._every:
+            return False
+        stop = self.close()
+        now = time.perf_counter()
+        if stop or sync:
+            self._since, self._started = 0, now
+            return stop or self.flag.agreed(self.group)
+        sums = torch.tensor([float(self.flag.requested), now - self._started], dtype=torch.float64)
+        self._pending = sums, self._since, dist.all_reduce(sums, group=self.group, async_op=True)
+        self._since, self._started = 0, now
+        return False
+
+    def close(self) -> bool:
+        """The pending sum's answer (False if none), waited for: nothing is left in flight."""
+        if self._pending is None:
+            return False
+        (sums, steps, work), self._pending = self._pending, None
+        work.wait()
+        requested, seconds = sums.tolist()
+        step_s = seconds / self._world / steps  # the processes' mean
+        self._every = max(1, round(STOP_CHECK_S / max(step_s, 1e-6)))
+        return requested > 0
 
 
 class Preempted(Exception):
