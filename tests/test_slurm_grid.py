@@ -7,9 +7,11 @@ interrupts every cell the ways a cluster does: SIGUSR1 to the job's processes (w
 the middle of pre-training and again in the middle of fine-tuning, and ``scontrol
 requeue`` (what a preemption does: SIGTERM, then SLURM requeues). SLURM signals the loader
 workers too. Every cell must resume from its checkpoint and finish exactly as an
-uninterrupted run of the same cell.
+uninterrupted run of the same cell. A second submits one cell whose trainer aborts as
+NCCL's watchdog ends a process (SIGABRT, nothing written): the cell is recorded failed,
+and the grid does not resubmit it.
 
-The tests above it check the translation from grid resources and profiles to sbatch
+The tests above them check the translation from grid resources and profiles to sbatch
 options and to torch.distributed's environment; they need no cluster.
 """
 
@@ -557,3 +559,64 @@ def test_grid_array_survives_requeue_and_resubmits_nothing(
         for c in sorted(status["cells"], key=lambda c: c["cell_id"])
     ] == [(cell.name, "done", STEPS) for cell in cells]
     assert status["problems"] == []
+
+
+ABORT_GRID = """\
+name: slurm-abort
+retries: 0
+base:
+  model: {name: ViT-Pico/4}
+  data: {dataset: synthetic, image_size: 32, subset: 512}
+  train: {steps: 20, batch_size: 16, log_every: 1, checkpoint_every: 5}
+  optim: {warmup_steps: 2}
+  eval: {fewshot: {datasets: []}, upstream: {examples: 0}}
+  wandb: {mode: disabled}
+resources:
+  default: {time: "00:05:00"}
+"""
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_trainer_aborted_as_nccls_watchdog_does_is_recorded_and_not_resubmitted(
+    cluster: None, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    """Under SLURM, a trainer that NCCL's watchdog aborts (SIGABRT inside a collective: no
+    Python exception, nothing written) left no result.json, so every later run of the
+    grid submitted the cell again, outside ``grid.retries``. Its task records the death,
+    the job ends FAILED, and the next run of the grid says why it does not resubmit."""
+    from .helpers.faults import HOOKS
+
+    grid_file = tmp_path / "grid.yaml"
+    grid_file.write_text(ABORT_GRID)
+    runs = tmp_path / "runs"
+    args = ["grid", str(grid_file), "--executor", "slurm", "--profile", str(LOCAL_PROFILE)]
+    args += ["--runs", str(runs)]
+    (cell_id,) = re.findall(r"^([0-9a-f]{10}) ", vitscale_ok(capsys, *args, "--dry-run"), re.M)
+    python_path = os.pathsep.join(filter(None, [str(HOOKS), os.environ.get("PYTHONPATH")]))
+    monkeypatch.setenv("PYTHONPATH", python_path)  # sbatch passes the environment on
+    monkeypatch.setenv("FAULT_ABORT", cell_id)
+    monkeypatch.setenv("FAULT_ABORT_AFTER", "3")
+    assert "submitted 1 cell(s) as job" in vitscale_ok(capsys, *args)
+    cell = runs / "slurm-abort" / cell_id
+    job = _job_id(cell)
+    try:
+        _wait(
+            "the job to leave the queue",
+            lambda: not _slurm("squeue", "--noheader", "--jobs", job).strip(),
+            timeout_s=180,
+            debug=lambda: _slurm("squeue") + _read(cell / "log.txt"),
+        )
+    finally:
+        subprocess.run(["scancel", job], check=False)
+    result = _result(cell)
+    assert result is not None, _read(cell / "log.txt")
+    assert result["status"] == rf.STATUS_FAILED and "SIGABRT" in result["error"], result
+    assert _runs_of(job) == ["FAILED"]
+    monkeypatch.delenv("FAULT_ABORT")
+    out = vitscale_ok(capsys, *args, "--dry-run")
+    assert "failed (not retried)" in out and "0 cells to run" in out, out
+
+
+def _read(path: Path) -> str:
+    return path.read_text()[-3000:] if path.is_file() else f"({path} absent)"

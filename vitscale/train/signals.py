@@ -127,7 +127,7 @@ class StopCheck:
         """Whether to stop now. ``sync``: the host waits for the device at this step
         anyway, so the agreement is made and read at once."""
         if self.group is None:
-            return self.flag.requested
+            return self.flag.agreed(None)
         import torch
         import torch.distributed as dist
 

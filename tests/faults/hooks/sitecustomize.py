@@ -12,8 +12,12 @@ checkpoints and stops as it would have anyway). A held cell makes a bounded numb
 steps however long the test takes to send its signal, and a SIGKILL there lands between
 two steps, never in a checkpoint.
 
-Either writes its pid to ``FAULT_MARKERS/<cell>.stuck`` or ``<cell>.held`` when it gets
-there."""
+``FAULT_ABORT=cell,...`` and ``FAULT_ABORT_AFTER=k``: after k steps in this process, the
+trainer of one of these cells aborts (SIGABRT, no Python cleanup), as NCCL's watchdog
+ends a process whose collective failed or timed out.
+
+Either of the first two writes its pid to ``FAULT_MARKERS/<cell>.stuck`` or ``<cell>.held``
+when it gets there."""
 
 import importlib.abc
 import importlib.machinery
@@ -24,6 +28,7 @@ from pathlib import Path
 
 _STUCK = set(filter(None, os.environ.get("FAULT_STUCK", "").split(",")))
 _HOLD = set(filter(None, os.environ.get("FAULT_HOLD", "").split(",")))
+_ABORT = set(filter(None, os.environ.get("FAULT_ABORT", "").split(",")))
 
 
 def _mark(cell: str, what: str) -> None:
@@ -60,7 +65,7 @@ def _patch_loop(module) -> None:
         if run_dir.name in _HOLD:
             agreed, steps = preemption.agreed, [0]
 
-            def agreed_after_a_signal(group=None):  # called once after every step
+            def agreed_after_a_signal(group=None):  # after every step of one process
                 steps[0] += 1
                 if steps[0] > after and not preemption.requested:
                     _mark(run_dir.name, "held")
@@ -69,6 +74,17 @@ def _patch_loop(module) -> None:
                 return agreed(group)
 
             preemption.agreed = agreed_after_a_signal
+        if run_dir.name in _ABORT:
+            agreed, steps = preemption.agreed, [0]
+            abort_after = int(os.environ.get("FAULT_ABORT_AFTER", "0"))
+
+            def agreed_or_abort(group=None):
+                steps[0] += 1
+                if steps[0] > abort_after:
+                    os.abort()
+                return agreed(group)
+
+            preemption.agreed = agreed_or_abort
         return real(config, run_dir, preemption)
 
     module._train = train_held
@@ -92,5 +108,5 @@ class _Patch(importlib.abc.MetaPathFinder):
         return spec
 
 
-if _STUCK or _HOLD:
+if _STUCK or _HOLD or _ABORT:
     sys.meta_path.insert(0, _Patch())
