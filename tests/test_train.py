@@ -510,10 +510,10 @@ def test_phase_times_include_the_time_the_host_waits_for_the_device(tmp_path, mo
 
 def test_the_stop_agreement_overlaps_the_next_step_between_sync_steps(tmp_path, monkeypatch):
     """Ranks agree on a stop signal, a round trip over the network (tens of ms at 64
-    ranks, benchmarks/stop_check.py). A fake stop group here takes 0.1 s to agree and the
-    host 0.1 s to queue a step: between sync steps the loop starts a sum about once a
+    ranks, benchmarks/stop_check.py). A fake stop group here takes 0.05 s to agree and
+    the host 0.05 s to queue a step: between sync steps the loop starts a sum about once a
     second and reads it when it starts the next, so the round trips overlap the steps
-    instead of adding to each (it used to wait for one after every step: 12 x 0.1 s). A
+    instead of adding to each (it used to wait for one after every step: 12 x 0.05 s). A
     stop signal still stops every rank
     at the same step (tests/faults/test_ranks.py)."""
     import time
@@ -522,7 +522,7 @@ def test_the_stop_agreement_overlaps_the_next_step_between_sync_steps(tmp_path, 
 
     from vitscale.train import run as run_module
 
-    group, latency, waited = object(), 0.1, [0.0]
+    group, latency, waited = object(), 0.05, [0.0]
 
     class Work:
         def __init__(self) -> None:

@@ -1,6 +1,7 @@
 """Choices that make a run fast on its hardware without changing what it computes: the
 ``null`` values of ``data.num_workers``, ``train.micro_batch_size`` (and fine-tuning's),
-``train.channels_last`` and ``train.compile`` (what each picks: docs/config.md). Why:
+``train.channels_last`` and ``train.compile`` (what each picks: docs/config.md), and
+``eval.batch_size`` cut to what fits beside training's state on a GPU. Why:
 the synthetic renderer draws about 1k images/s per thread at 224 px, a third of what one
 H100 trains ViT-B/16 on, so on a GPU loader workers render beside the step (on a CPU the
 cores train); cuDNN runs ResNets' and hybrids' convolutions fastest on NHWC bf16 tensors

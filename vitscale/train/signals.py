@@ -13,9 +13,9 @@ The processes of a run must stop at the same step, so after every step they agre
 flag (:meth:`PreemptionFlag.agreed`): a sum of one number over a gloo group, on the CPU,
 so the agreement never waits for the GPU (a NaN check does, and waits for the log step).
 Between sync steps the training loop agrees without waiting (:class:`StopCheck`): a sum
-started every few steps is read a few steps later, so its round trip (2(N-1) hops for N
-ranks, milliseconds at 64: benchmarks/stop_check.py) overlaps the host's queueing of
-those steps instead of adding to each; a stop comes a few steps later there.
+started about once a second is read when the next starts, so its round trip (2(N-1) hops
+for N ranks, tens of milliseconds at 64: benchmarks/stop_check.py) overlaps the steps in
+between instead of adding to each; a stop comes up to about two seconds later there.
 
 The flag is installed for the whole of a run, before any loader worker is forked: SLURM
 signals the workers too, and they ignore the signals (:mod:`vitscale.data.workers`).
@@ -31,10 +31,10 @@ import time
 from ..data.workers import STOP_SIGNALS
 
 SECOND_INTERRUPT_S = 1.0
-# Between sync steps, how often the processes agree on a stop: a sum's round trip at 64
-# ranks on loopback took 25 ms, 2.5 small steps of 10 ms (benchmarks/stop_check.py), so one
-# a second costs about 0.1% of such steps (the host's share in a sum: ~1 ms) and delays a
-# stop by about 2 s, in a signal window of a minute or more.
+# Between sync steps, how often the processes agree on a stop: at 64 ranks on loopback a
+# sum waited for took 50 ms, five small steps of 10 ms (benchmarks/RESULTS.md, "Agreeing on
+# a stop signal"); one a second, read a second later, delays a stop by about 2 s, in a
+# signal window of a minute or more.
 STOP_CHECK_S = 1.0
 
 
@@ -108,13 +108,13 @@ class StopCheck:
     between them a sum started about every :data:`STOP_CHECK_S` seconds and read when the
     next one starts, so that its round trip overlaps the steps between. The sum carries
     each process's seconds since the last one, from which every process computes the same
-    number of steps to the next; every process makes the same calls
-    in the same order, so all read the same sums. A signal is acted on within about
-    ``2 * STOP_CHECK_S``, or at the next sync step."""
+    number of steps to the next; every process makes the same calls in the same order, so
+    all read the same sums. A signal is acted on within about ``2 * STOP_CHECK_S``, or at
+    the next sync step."""
 
     def __init__(self, flag: PreemptionFlag, group) -> None:
         self.flag, self.group = flag, group
-        self._pending = None  # (the sum's tensor, its work)
+        self._pending = None  # (the sum's tensor, the steps it covers, its work)
         self._since = 0  # steps since the last sum started or was read
         self._every = 1  # steps from one sum to the next
         self._started = time.perf_counter()
