@@ -172,7 +172,7 @@ def test_the_clock_check_runs_the_trainer_and_fine_tuning_and_reports_both(tmp_p
     assert phase_check.main(args) == 0
     got = json.loads(out.read_text())
     assert got["events"] is False and got["finetune_steps"] == 4
-    assert 0.95 <= got["step_share"] < 1.2, got
+    assert 0.95 <= got["step_share"] < 1.5, got
     assert got["finetune_images_per_s"] > 0 and got["finetune_host_share"] == pytest.approx(1.0)
     assert "fine-tuning" in capsys.readouterr().out
     assert "## (c) the trainer's clocks, ViT-Pico/4" in gpu_feed.summary(tmp_path, [])

@@ -510,10 +510,10 @@ def test_phase_times_include_the_time_the_host_waits_for_the_device(tmp_path, mo
 
 def test_the_stop_agreement_overlaps_the_next_step_between_sync_steps(tmp_path, monkeypatch):
     """Ranks agree on a stop signal, a round trip over the network (tens of ms at 64
-    ranks, benchmarks/stop_check.py). A fake stop group here takes 0.05 s to agree and
-    the host 0.05 s to queue a step: between sync steps the loop starts a sum about once a
+    ranks, benchmarks/stop_check.py). A fake stop group here takes 0.1 s to agree and
+    the host 0.1 s to queue a step: between sync steps the loop starts a sum about once a
     second and reads it when it starts the next, so the round trips overlap the steps
-    instead of adding to each (it used to wait for one after every step: 12 x 0.05 s). A
+    instead of adding to each (it used to wait for one after every step: 12 x 0.1 s). A
     stop signal still stops every rank
     at the same step (tests/faults/test_ranks.py)."""
     import time
@@ -522,7 +522,7 @@ def test_the_stop_agreement_overlaps_the_next_step_between_sync_steps(tmp_path, 
 
     from vitscale.train import run as run_module
 
-    group, latency, waited = object(), 0.05, [0.0]
+    group, latency, waited = object(), 0.1, [0.0]
 
     class Work:
         def __init__(self) -> None:
@@ -555,7 +555,7 @@ def test_the_stop_agreement_overlaps_the_next_step_between_sync_steps(tmp_path, 
     result = train(config, tmp_path)
     monkeypatch.undo()
     assert result.status == rf.STATUS_DONE
-    assert waited[0] < 2 * latency, waited  # the last step's (a sync step) and little else
+    assert waited[0] < 3 * latency, waited  # the last step's (a sync step) and little else
 
 
 def test_throughput_and_mfu_leave_out_evaluations_and_checkpoints(tmp_path, monkeypatch):
@@ -598,7 +598,9 @@ def test_throughput_and_mfu_leave_out_evaluations_and_checkpoints(tmp_path, monk
 def test_the_first_rows_rate_leaves_out_the_warm_up(tmp_path, monkeypatch):
     """A start's first step carries the loader's start, compilation, autotuning and NCCL's
     set-up; counted in the first row's images/s it read 2.3 against 57 after it. Here the
-    first step of each start takes 2 s longer (a resume is a start too)."""
+    first step of each start takes 5 s longer (a resume is a start too): the first row's
+    rate, over the three steps after that one, must imply less time than that alone (the
+    steps' own time varies with the machine's load: a second or two under the suite)."""
     import time
 
     from vitscale.train import pretrain
@@ -609,7 +611,7 @@ def test_the_first_rows_rate_leaves_out_the_warm_up(tmp_path, monkeypatch):
     def slow_first(run, between):
         calls[0] += 1
         if calls[0] == 1:
-            time.sleep(2.0)
+            time.sleep(5.0)
         return real_step(run, between)
 
     monkeypatch.setattr(pretrain, "_next_batch", slow_first)
@@ -620,8 +622,8 @@ def test_the_first_rows_rate_leaves_out_the_warm_up(tmp_path, monkeypatch):
     assert train(config, tmp_path).status == rf.STATUS_DONE
     rows = [r for r in rf.iter_metrics(tmp_path / rf.METRICS) if rf.THROUGHPUT in r]
     assert [r[rf.STEP] for r in rows] == [4, 8, 12]
-    first, *rest = (r[rf.THROUGHPUT] for r in rows)
-    assert first > 0.5 * min(rest), (first, rest)
+    images = 3 * config["train"]["batch_size"]  # steps 2-4: the clock starts after step 1
+    assert images / rows[0][rf.THROUGHPUT] < 4.0, rows
 
 
 def test_compiled_channels_last_training_computes_the_same(tmp_path):
