@@ -138,6 +138,14 @@ def steps(out: Path, python: str = sys.executable) -> list[Step]:
     ]
     registered = SCENES_DRAFT not in (ROOT / "experiments/preregistered/scenes.md").read_text()
     left = TOTAL_S - sum(s.cap_s for s in fixed)
+    skip = None
+    if not registered:
+        skip = (
+            "experiments/scenes_gpu.yaml is a draft, not registered "
+            "(experiments/preregistered/scenes.md, registration 4): no cell runs before"
+        )
+    elif left < 60:
+        skip = f"{left} s left of TOTAL_S: under a minute, no cell would get past its start"
     scenes = Step(
         "e_scenes",
         "(e) if time remains: the first cells of the scenes GPU study",
@@ -147,12 +155,7 @@ def steps(out: Path, python: str = sys.executable) -> list[Step]:
         + ("--stop-timeout", str(KILL_AFTER_S - 1)),
         "what the steps before left of TOTAL_S; a cell stopped by the cap has checkpointed "
         "and resumes from there",
-        skip="experiments/scenes_gpu.yaml is a draft, not registered "
-        "(experiments/preregistered/scenes.md, registration 4): no cell runs before"
-        if not registered
-        else f"{left} s left of TOTAL_S: under a minute, no cell would get past its start"
-        if left < 60
-        else None,
+        skip=skip,
     )
     return [*fixed, scenes]
 

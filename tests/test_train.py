@@ -31,6 +31,20 @@ def uninterrupted(tmp_path_factory) -> Path:
     return run
 
 
+def _steps_only(*, steps: int, log_every: int) -> dict:
+    """A tiny cell of ``steps`` that logs every ``log_every``: no evaluation, no
+    periodic checkpoint (what the step-loop tests time)."""
+    return tiny_config(
+        train={
+            "steps": steps,
+            "log_every": log_every,
+            "eval_every": None,
+            "checkpoint_every": None,
+        },
+        eval={"fewshot": {"datasets": []}, "upstream": {"examples": 0}},
+    )
+
+
 def test_run_folder_contract(uninterrupted):
     config = rf.read_json(uninterrupted / rf.CONFIG)
     result = rf.read_json(uninterrupted / rf.RESULT)
@@ -457,10 +471,7 @@ def test_no_host_sync_between_log_steps(tmp_path, monkeypatch):
         return real_loss(*args, **kwargs)
 
     monkeypatch.setattr(step, "loss_fn", loss_at_step_start)
-    config = tiny_config(
-        train={"steps": 6, "log_every": 6, "eval_every": None, "checkpoint_every": None},
-        eval={"fewshot": {"datasets": []}, "upstream": {"examples": 0}},
-    )
+    config = _steps_only(steps=6, log_every=6)
     result = train(config, tmp_path)
     monkeypatch.undo()
     assert result.status == rf.STATUS_DONE and len(per_step) == 6
@@ -496,10 +507,7 @@ def test_phase_times_include_the_time_the_host_waits_for_the_device(tmp_path, mo
 
         monkeypatch.setattr(torch.Tensor, name, waits)
     monkeypatch.setattr(step_module, "loss_fn", queued)
-    config = tiny_config(
-        train={"steps": 8, "log_every": 4, "eval_every": None, "checkpoint_every": None},
-        eval={"fewshot": {"datasets": []}, "upstream": {"examples": 0}},
-    )
+    config = _steps_only(steps=8, log_every=4)
     result = train(config, tmp_path)
     monkeypatch.undo()
     assert result.status == rf.STATUS_DONE
@@ -548,10 +556,7 @@ def test_the_stop_agreement_overlaps_the_next_step_between_sync_steps(tmp_path, 
     monkeypatch.setattr(dist, "all_reduce", all_reduce)
     monkeypatch.setattr(dist, "get_world_size", lambda group=None: 1)
     monkeypatch.setattr(step, "loss_fn", host_queues_a_step)
-    config = tiny_config(
-        train={"steps": 12, "log_every": 12, "eval_every": None, "checkpoint_every": None},
-        eval={"fewshot": {"datasets": []}, "upstream": {"examples": 0}},
-    )
+    config = _steps_only(steps=12, log_every=12)
     result = train(config, tmp_path)
     monkeypatch.undo()
     assert result.status == rf.STATUS_DONE
@@ -615,10 +620,7 @@ def test_the_first_rows_rate_leaves_out_the_warm_up(tmp_path, monkeypatch):
         return real_step(run, between)
 
     monkeypatch.setattr(pretrain, "_next_batch", slow_first)
-    config = tiny_config(
-        train={"steps": 12, "log_every": 4, "eval_every": None, "checkpoint_every": None},
-        eval={"fewshot": {"datasets": []}, "upstream": {"examples": 0}},
-    )
+    config = _steps_only(steps=12, log_every=4)
     assert train(config, tmp_path).status == rf.STATUS_DONE
     rows = [r for r in rf.iter_metrics(tmp_path / rf.METRICS) if rf.THROUGHPUT in r]
     assert [r[rf.STEP] for r in rows] == [4, 8, 12]
