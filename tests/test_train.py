@@ -593,7 +593,10 @@ def test_throughput_and_mfu_leave_out_evaluations_and_checkpoints(tmp_path, monk
     assert [r[rf.STEP] for r in rows] == [2, 4, 6]
     divided_by = sum(2 * 16 / r[rf.THROUGHPUT] for r in rows)  # seconds, rows 0-2, 2-4, 4-6
     t = result.time_s
-    assert divided_by < t["data"] + t["step"] + t["log"] + 1.0, (divided_by, t)
+    assert divided_by < t["data"] + t["step"] + t["log"] + 2.5, (
+        divided_by,
+        t,
+    )  # one evaluation and checkpoint: 3 s
     assert t["eval"] >= 3 * 1.5 and t["checkpoint"] >= 3 * 1.5  # in their own buckets
     for row in rows:  # MFU from the same rate
         ratio = row[rf.THROUGHPUT] / rows[0][rf.THROUGHPUT]
