@@ -81,7 +81,7 @@ def _loader_rate(batch: int, workers: int, seconds: float = 20.0) -> float:
     next(batches)  # workers started and warm
     images, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        images += len(next(batches)[0])
+        images += len(next(batches).images)
     return images / (time.perf_counter() - start)
 
 

@@ -317,17 +317,15 @@ def main() -> None:
                 per_round[name].append(rate(fn, len(files), min_seconds=args.seconds))
         rows = [_row(k, v) for k, v in per_round.items()]
         if args.workers:
-            rates = [
-                loader_rate(tmp / "shards", args.workers, batches=20) for _ in range(args.rounds)
-            ]
-            path = f"shards, DataLoader x {args.workers} (all processes)"
-            rows.append(_row(path, rates, cores=args.workers))
-            rates = [
-                loader_rate(tmp / "shards", args.workers, batches=20, on_device=True)
-                for _ in range(args.rounds)
-            ]
-            path = f"shards read only (data.decode: device), DataLoader x {args.workers}"
-            rows.append(_row(path, rates, cores=args.workers))
+            for on_device, path in (
+                (False, f"shards, DataLoader x {args.workers} (all processes)"),
+                (True, f"shards read only (data.decode: device), DataLoader x {args.workers}"),
+            ):
+                rates = [
+                    loader_rate(tmp / "shards", args.workers, batches=20, on_device=on_device)
+                    for _ in range(args.rounds)
+                ]
+                rows.append(_row(path, rates, cores=args.workers))
         if args.device == "cuda":
             rows.append(
                 {
@@ -339,30 +337,20 @@ def main() -> None:
             if args.train_step:
                 w = max(args.workers, 1)
                 r = train_step_rates(tmp / "shards", w, steps=30, batch=args.batch)
-                rows.append(
-                    {
-                        "path": f"ViT-B/16 bf16 step, batch {args.batch}, resident tensors",
-                        "images_per_s": r["resident"],
-                        "cores": 0,
-                        "feed": "resident",
-                    }
+                feeds = (
+                    ("resident", f"batch {args.batch}, resident tensors", 0, "resident"),
+                    ("loader", f"loader x {w}", w, "workers"),
+                    ("loader_gpu_decode", f"loader x {w}, decoded on the GPU", w, "device"),
                 )
-                rows.append(
+                rows += [
                     {
-                        "path": f"ViT-B/16 bf16 step, loader x {w}",
-                        "images_per_s": r["loader"],
-                        "cores": w,
-                        "feed": "workers",
+                        "path": f"ViT-B/16 bf16 step, {path}",
+                        "images_per_s": r[key],
+                        "cores": cores,
+                        "feed": feed,
                     }
-                )
-                rows.append(
-                    {
-                        "path": f"ViT-B/16 bf16 step, loader x {w}, decoded on the GPU",
-                        "images_per_s": r["loader_gpu_decode"],
-                        "cores": w,
-                        "feed": "device",
-                    }
-                )
+                    for key, path, cores, feed in feeds
+                ]
         meta = {
             "images": len(files),
             "source": str(args.images) if args.images else "grace_hopper.jpg crops",
