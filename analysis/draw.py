@@ -45,15 +45,11 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from vitscale.errors import UserError
 from vitscale.record import STATUS_DONE
 
 from .figures import AGGREGATES
-
-if TYPE_CHECKING:
-    pass
 
 
 def _option(default, help: str, **argparse) -> dataclasses.Field:
@@ -222,11 +218,10 @@ def compute_metrics(done, *, metric: Sequence[str] | None, shots: int):
     from . import metrics as M
 
     metrics = list(metric) if metric else M.transfer_metrics(done, shots=shots)
-    frame = done
     if len(metrics) > 1 and not metric:
-        frame, avg = M.add_average(done, metrics)
+        done, avg = M.add_average(done, metrics)
         metrics = [avg, *metrics]
-    return frame, metrics
+    return done, metrics
 
 
 def draw_figures(
@@ -247,6 +242,7 @@ def draw_figures(
     o = options
     from . import metrics as M
     from . import settings as S
+    from .control import is_control
 
     if o.shots is None:
         o = dataclasses.replace(o, shots=M.default_shots(done))
@@ -259,7 +255,7 @@ def draw_figures(
     for m in o.metrics or ():
         check_column(done, m, "--metric")
     fewshot, written = _fig4(done, o)
-    if _is_control(done):
+    if is_control(done):
         written += _control(done, o)
     else:
         frame, metrics = compute_metrics(done, metric=o.metrics, shots=o.shots)
@@ -267,12 +263,6 @@ def draw_figures(
     if o.curves:
         written += _curves(done, fewshot, o, history)
     return written
-
-
-def _is_control(done) -> bool:
-    from .control import is_control
-
-    return is_control(done)
 
 
 def _control(done, o: FigureOptions) -> list[Path]:

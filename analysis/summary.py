@@ -95,12 +95,7 @@ class Summary:
         if len(rows) < 2:
             return None
         small, large = rows.iloc[0], rows.iloc[-1]
-        spreads = [
-            small["ViT_spread"],
-            small["ResNet_spread"],
-            large["ViT_spread"],
-            large["ResNet_spread"],
-        ]
+        spreads = [row[f"{f}_spread"] for row in (small, large) for f in ("ViT", "ResNet")]
         measured = [s for s in spreads if np.isfinite(s)]
         spread = max(measured) if measured else float("nan")
         shrink = float(small["gap"] - large["gap"])
