@@ -230,17 +230,9 @@ def history_splits(
         data = history.dropna(subset=[metric, EXAMPLES_SEEN])
         data = data[data[EXAMPLES_SEEN] > 0]
         for cell, curve in data.groupby("cell_id", sort=True):
-            name = f"{curve['model'].iloc[0]} {cell}"
-            out.append(
-                split_at(
-                    name,
-                    curve[EXAMPLES_SEEN],
-                    _error(curve[metric]),
-                    fraction=fraction,
-                    metric=metric,
-                    family=curve["family"].iloc[0],
-                )
-            )
+            name, family = f"{curve['model'].iloc[0]} {cell}", curve["family"].iloc[0]
+            x, y = curve[EXAMPLES_SEEN], _error(curve[metric])
+            out.append(split_at(name, x, y, fraction=fraction, metric=metric, family=family))
     return out
 
 
@@ -256,15 +248,9 @@ def frontier_splits(
     for name, group in groups:
         front = frontier_frame(group, x=x, y=metric)
         family = str(name) if by == "family" else None
+        y = _error(front[metric])
         out.append(
-            split_at(
-                str(name),
-                front[x],
-                _error(front[metric]),
-                fraction=fraction,
-                metric=metric,
-                family=family,
-            )
+            split_at(str(name), front[x], y, fraction=fraction, metric=metric, family=family)
         )
     return out
 
@@ -281,13 +267,12 @@ def evaluate(
     are returned apart, ``{"<name> <metric>": why}``."""
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown estimator {estimator!r}; valid: {', '.join(ESTIMATORS)}")
-    it = splits
     if progress:
         from tqdm import tqdm
 
-        it = tqdm(splits, desc=estimator, unit="curve", leave=False)
+        splits = tqdm(splits, desc=estimator, unit="curve", leave=False)
     scores, failures = [], {}
-    for split in it:
+    for split in splits:
         try:
             scores.append(score(split, estimator=estimator, level=level, bootstrap=bootstrap))
         except ValueError as e:

@@ -92,10 +92,6 @@ def size_key(size: str) -> tuple:
     return (2, 0, 0.0, size)
 
 
-def _resnet_sizes() -> list[str]:
-    return [model_columns(m)[1] for m in list_models("ResNet")]
-
-
 def size_marker(size: str) -> str:
     """The marker of a model size, the same in every figure: ViT (and hybrid) sizes in
     :data:`vitscale.catalog.VIT_SIZES` order, the catalog's ResNet sizes by depth and
@@ -104,7 +100,7 @@ def size_marker(size: str) -> str:
     size = str(size)
     if size in VIT_SIZES:
         return MARKERS[list(VIT_SIZES).index(size)]
-    resnets = _resnet_sizes()
+    resnets = [model_columns(m)[1] for m in list_models("ResNet")]
     if size in resnets:
         return MARKERS[resnets.index(size) % len(MARKERS)]
     return MARKERS[sum(map(ord, size)) % len(MARKERS)]
@@ -216,8 +212,7 @@ def save(
     the figure (on a bad format too) and returns the paths."""
     paths = []
     try:
-        unknown = [f for f in formats if f not in ("png", "pdf", "svg")]
-        if unknown:
+        if unknown := [f for f in formats if f not in ("png", "pdf", "svg")]:
             raise ValueError(f"unknown figure format(s) {unknown}; valid: png, pdf, svg")
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
