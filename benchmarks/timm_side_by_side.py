@@ -103,7 +103,7 @@ def _our_step(name: str, *, device, image_size: int, compile: bool, precision: s
         micro_batch=batch,
         grad_clip=1.0,
     )
-    return (lambda x, y: step(x, y)), prepared
+    return step, prepared
 
 
 def _batches(shards: str | None, args, device, batch: int):
@@ -125,26 +125,26 @@ def _batches(shards: str | None, args, device, batch: int):
         )
 
 
-def _measure(step, batches, *, device, steps: int, rounds: int, batch: int) -> float:
+def _measure(step, batches, device, args) -> float:
+    """Median images/s over ``args.rounds`` rounds of ``args.steps`` steps."""
     for _ in range(3):  # warm-up: compilation, cuDNN autotuning, allocator
         step(*next(batches))
     _sync(device)
     rates = []
-    for _ in range(rounds):
+    for _ in range(args.rounds):
         start = time.perf_counter()
-        for _ in range(steps):
+        for _ in range(args.steps):
             step(*next(batches))
         _sync(device)
-        rates.append(steps * batch / (time.perf_counter() - start))
+        rates.append(args.steps * args.batch / (time.perf_counter() - start))
     return statistics.median(rates)
 
 
-def _write(out: str, device: torch.device, precision: str, rows: list[dict]) -> None:
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+def _write(out: str, device: torch.device, gpu: str, precision: str, rows: list[dict]) -> None:
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(
         json.dumps(
-            {"device": str(device), "gpu": name, "precision": precision, "rows": rows}, indent=2
+            {"device": str(device), "gpu": gpu, "precision": precision, "rows": rows}, indent=2
         )
     )
 
@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="benchmarks/timm_side_by_side.json")
     args = p.parse_args(argv)
     device = torch.device(args.device)
-    precision = args.precision or ("bf16" if device.type == "cuda" else "fp32")
+    cuda = device.type == "cuda"
+    precision = args.precision or ("bf16" if cuda else "fp32")
     models = [m.strip() for m in args.models.split(",")]
     unknown = [m for m in models if m not in PAIRS]
     if unknown:
@@ -178,11 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     from vitscale.flops import count
     from vitscale.train.runtime import peak_flops_of
 
-    peak = (
-        peak_flops_of(torch.cuda.get_device_name(device), precision)
-        if device.type == "cuda"
-        else None
-    )
+    gpu = torch.cuda.get_device_name(device) if cuda else "CPU"
+    peak = peak_flops_of(gpu, precision) if cuda else None
     feeds = ["resident"] + (["shards"] if args.shards else [])
     rows = []
     for ours in models:
@@ -191,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
             for feed in feeds:
                 row = {"model": ours, "timm": PAIRS[ours], "compile": compile, "feed": feed}
                 for who in ("timm", "ours"):
-                    if device.type == "cuda":
+                    if cuda:
                         torch.cuda.reset_peak_memory_stats(device)
                     kw = dict(device=device, image_size=args.image_size, compile=compile)
                     if who == "timm":
@@ -200,30 +198,17 @@ def main(argv: list[str] | None = None) -> int:
                         step, model = _our_step(ours, precision=precision, batch=args.batch, **kw)
                     shards = args.shards if feed == "shards" else None
                     batches = _batches(shards, args, device, args.batch)
-                    rate = _measure(
-                        step,
-                        batches,
-                        device=device,
-                        steps=args.steps,
-                        rounds=args.rounds,
-                        batch=args.batch,
-                    )
+                    rate = _measure(step, batches, device, args)
                     row[f"{who}_img_s"] = rate
                     row[f"{who}_mfu"] = rate * per_image / peak if peak else None
-                    row[f"{who}_peak_gib"] = (
-                        torch.cuda.max_memory_allocated(device) / 2**30
-                        if device.type == "cuda"
-                        else None
-                    )
+                    gib = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
+                    row[f"{who}_peak_gib"] = gib
                     del step, model, batches
                 row["ratio"] = row["ours_img_s"] / row["timm_img_s"]
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-                _write(args.out, device, precision, rows)  # a run cut short keeps its rows
-    print(
-        f"\n{device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), "
-        f"{precision}, batch {args.batch}, {args.image_size} px"
-    )
+                _write(args.out, device, gpu, precision, rows)  # a run cut short keeps its rows
+    print(f"\n{device} ({gpu}), {precision}, batch {args.batch}, {args.image_size} px")
     print(
         f"{'model':<16}{'compile':>8}{'feed':>10}{'timm img/s':>12}{'ours img/s':>12}{'ours/timm':>10}"
     )

@@ -36,8 +36,7 @@ def require(frame: pd.DataFrame, columns: Sequence[str]) -> None:
 def finished(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     """The finished cells (status done) that have a value in every one of ``columns``."""
     require(frame, ["status", *columns])
-    done = frame[frame["status"] == STATUS_DONE]
-    return done.dropna(subset=list(columns))
+    return frame[frame["status"] == STATUS_DONE].dropna(subset=list(columns))
 
 
 def check_agg(agg: str) -> None:
@@ -48,8 +47,7 @@ def check_agg(agg: str) -> None:
 def aggregate(frame: pd.DataFrame, keys: Sequence[str], value: str, agg: str) -> pd.DataFrame:
     """``value`` combined (``agg``) over the rows sharing ``keys``; sorted by the keys."""
     check_agg(agg)
-    grouped = frame.groupby(list(keys), sort=True, dropna=False)[value]
-    return grouped.agg(agg).reset_index()
+    return frame.groupby(list(keys), sort=True, dropna=False)[value].agg(agg).reset_index()
 
 
 def _sort_key(value) -> tuple:
@@ -118,17 +116,11 @@ _SETTING_LOOKS = tuple(
 
 
 def line_styles(frame: pd.DataFrame, hue: str) -> dict:
-    """``{value: dict(label, color, linestyle, marker)}`` in display order.
-
-    By model: :func:`analysis.style.model_look` (the family's colour, a shade per patch,
-    the family's line style, the size's marker), the same in every figure; a model that
-    would look like one already drawn (the same model under another setting) gets hollow
-    markers, then a dotted line. By anything else: a colour and a marker per value, solid
-    lines.
-    """
-    values = hue_order(frame, hue)
+    """``{value: dict(label, color, linestyle, marker)}`` in display order: by model,
+    :func:`model_looks`; by anything else, a colour and a marker per value, solid lines."""
     if hue == "model":
         return model_looks(frame)
+    values = hue_order(frame, hue)
     colors = style.value_colors(values)
     return {
         v: dict(

@@ -157,8 +157,7 @@ def plot(
     panels; by default they are this panel's own.
     """
     colors, models = looks or _looks([panel], hue)
-    hue = _hue(panel.frame, hue)
-    metric = panel.metric
+    hue, metric = _hue(panel.frame, hue), panel.metric
     every = finished(panel.frame, [X, metric, hue, "size", "model"])
     published = _published(every)
     data = every[~published]
@@ -211,17 +210,16 @@ def _legend(
         style.marker_handle(look["marker"], color=look["color"]) for look in models.values()
     ]
     labels += list(models)
-    if published:
-        ring = style.marker_handle("o")
-        ring.set_markeredgecolor("black")
-        handles.append(ring)
-        labels.append(PUBLISHED_LABEL)
-    if reference:
-        handles.append(style.marker_handle("o", filled=False))
-        labels.append(REFERENCE_LABEL)
-    if fit:
-        handles.append(style.line_handle("0.3"))
-        labels.append(FIT_LABEL)
+    ring = style.marker_handle("o")
+    ring.set_markeredgecolor("black")
+    for shown, handle, label in (
+        (published, ring, PUBLISHED_LABEL),
+        (reference, style.marker_handle("o", filled=False), REFERENCE_LABEL),
+        (fit, style.line_handle("0.3"), FIT_LABEL),
+    ):
+        if shown:
+            handles.append(handle)
+            labels.append(label)
     style.legend_below(fig, handles, labels)
 
 
