@@ -123,9 +123,6 @@ def main(argv: list[str] | None = None) -> int:
             samples[key].append(timed(fn, images_per_call=per_call, min_seconds=args.min_seconds))
     rate = {k: statistics.median(v) for k, v in samples.items()}
 
-    def generation(size: int) -> float:  # what training sees: the loader
-        return rate[("generate", "build_loader, 0 workers", size)]
-
     consumers = {k: v for k, v in rate.items() if k[0] == "consume"}
     fastest = max(consumers.values())
     rows = []
@@ -142,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         shown = f"{ratio:>15.1f}x" if ratio is not None else ""
         lines.append(f"{kind:<10} {how:<28} {size:>4} {value:>10,.0f}  {shown:>16}")
-    at = generation(args.model_size)
+    at = rate[("generate", "build_loader, 0 workers", args.model_size)]  # what training sees
     ratio = at / fastest
     verdict = "meets" if ratio >= REQUIRED_RATIO else "FAILS"
     lines += [
