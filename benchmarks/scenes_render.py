@@ -30,6 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.data_throughput import timed  # noqa: E402
 from benchmarks.throughput import make_step  # noqa: E402
 from vitscale.data.scenes import render as rd  # noqa: E402
 from vitscale.data.scenes import world as w  # noqa: E402
@@ -37,15 +38,6 @@ from vitscale.models import create_model  # noqa: E402
 
 REQUIRED_RATIO = 15.0
 STUDY_MODELS = ("ViT-Femto/8", "ViT-Pico/8", "BiT-R11x0.5", "BiT-R20x0.5")
-
-
-def _rate(fn, images_per_call: int, seconds: float) -> float:
-    fn()  # warm-up (the sprite bank, the allocator)
-    start, n = time.perf_counter(), 0
-    while time.perf_counter() - start < seconds:
-        fn()
-        n += images_per_call
-    return n / (time.perf_counter() - start)
 
 
 def _draw_for(args: tuple[str, int, float]) -> int:
@@ -82,22 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    steps = {}
-    for name in STUDY_MODELS:
-        model = create_model(name, num_classes=w.NUM_UPSTREAM_LABELS, image_size=args.size)
-        steps[name] = make_step(
-            model,
-            batch=128,
-            image_size=args.size,
-            num_classes=w.NUM_UPSTREAM_LABELS,
-            device=device,
-            precision="fp32",
-        )
+    kw = dict(image_size=args.size, num_classes=w.NUM_UPSTREAM_LABELS)
+    steps = {
+        name: make_step(create_model(name, **kw), batch=128, device=device, precision="fp32", **kw)
+        for name in STUDY_MODELS
+    }
     rates: dict[str, list[float]] = {"render": [], **{n: [] for n in steps}}
     for _ in range(args.rounds):
         rates["render"].append(_draw_rate(args.threads, args.device, args.size, args.seconds))
         for name, step in steps.items():
-            rates[name].append(_rate(step, 128, args.seconds))
+            rates[name].append(timed(step, images_per_call=128, min_seconds=args.seconds))
     median = {k: statistics.median(v) for k, v in rates.items()}
     hungriest = max(steps, key=lambda n: median[n])
     print(
