@@ -98,17 +98,10 @@ def main() -> int:
     summary = {"ways": {}, "cells": {}}
     for way in WAYS:
         path = args.out / f"sweep_{way}.yaml"
-        path.write_text(
-            yaml.safe_dump(
-                grid(
-                    way,
-                    longest=args.longest,
-                    seeds=args.seeds,
-                    batch=args.batch,
-                    models=args.models,
-                )
-            )
+        spec = grid(
+            way, longest=args.longest, seeds=args.seeds, batch=args.batch, models=args.models
         )
+        path.write_text(yaml.safe_dump(spec))
         if not args.no_run:
             started = time.perf_counter()
             command = [sys.executable, "-m", "vitscale.cli", "grid", str(path), "--executor",
