@@ -211,8 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
         print(json.dumps(results[-1]), flush=True)
-    local = max(1, gpus)
-    workers = auto_num_workers(processes_on_node=local, accelerated=True)
+    workers = auto_num_workers(processes_on_node=max(1, gpus), accelerated=True)
     loader = _loader_rate(args.batch_per_gpu, workers)
     _print_table(results)
     print(

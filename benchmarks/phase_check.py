@@ -47,10 +47,7 @@ class _Timed:
         def call(step, *args, **kwargs):
             started = time.perf_counter()
             if self.cuda:
-                begin, end = (
-                    torch.cuda.Event(enable_timing=True),
-                    torch.cuda.Event(enable_timing=True),
-                )
+                begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
                 begin.record()
             out = real(step, *args, **kwargs)
             if self.cuda:
@@ -115,7 +112,7 @@ def measure(args) -> dict:
         step.Step.__call__ = real
     device = timed.device_s()
     pre, ft = device[: args.steps], device[args.steps :]
-    ft_host = timed.host[args.steps :]
+    shares = [h / d for h, d in zip(timed.host[args.steps + 1 :], ft[1:], strict=True)]
     out = {
         "model": args.model,
         "device": torch.cuda.get_device_name() if timed.cuda else "cpu",
@@ -125,11 +122,7 @@ def measure(args) -> dict:
         "step_share": result.time_s["step"] / sum(pre),
         "finetune_steps": len(ft),
         "finetune_images_per_s": len(ft[1:]) * args.batch / sum(ft[1:]) if len(ft) > 1 else None,
-        "finetune_host_share": statistics.median(
-            h / d for h, d in zip(ft_host[1:], ft[1:], strict=True)
-        )
-        if len(ft) > 1
-        else None,
+        "finetune_host_share": statistics.median(shares) if shares else None,
     }
     out["ok"] = out["step_share"] >= STEP_SHARE
     return out
