@@ -79,9 +79,8 @@ def is_control(frame: pd.DataFrame, worlds: Mapping[str, World] = WORLDS) -> boo
 @dataclass(frozen=True)
 class Control:
     shots: int
-    points: (
-        pd.DataFrame
-    )  # world, fraction, family, model, num_examples: mean, spread, seeds, values
+    # world, fraction, family, model, num_examples: mean, spread, seeds, values
+    points: pd.DataFrame
     gaps: pd.DataFrame  # world, fraction, num_examples: ResNet, ViT (models, means), gap, unit
     h0: dict[str, Any] | None
     h1: dict[str, Any] | None
@@ -130,18 +129,17 @@ class Control:
 
     def lines(self) -> list[str]:
         """The verdict in plain words, each rule with the numbers that decide it."""
-        out = [
+        return [
             f"metric: {self.shots}-shot accuracy on each world's own transfer glyphs (%), best "
             "value during training; mean ± spread (max - min) over seeds; gap = ResNet - ViT; "
             f"noise unit = the larger spread of the two (one seed: its model's largest "
-            f"{SEEDS}-seed spread); beyond the noise = over {FACTOR:g} noise units"
+            f"{SEEDS}-seed spread); beyond the noise = over {FACTOR:g} noise units",
+            _h0_line(self.h0),
+            *_h1_lines(self.h1),
+            *_h2_lines(self.h2),
+            _h3_line(self.h3),
+            _falsifier_line(self.falsifier),
         ]
-        out.append(_h0_line(self.h0))
-        out += _h1_lines(self.h1)
-        out += _h2_lines(self.h2)
-        out.append(_h3_line(self.h3))
-        out.append(_falsifier_line(self.falsifier))
-        return out
 
 
 # ------------------------------------------------------------------------------ the numbers

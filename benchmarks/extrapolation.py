@@ -210,7 +210,6 @@ def run(name: str, splits: list, *, jobs: int, done: dict) -> dict:
     from tqdm import tqdm
 
     todo = [s for s in splits if _key(s) not in done]
-    results = dict(done)
     jobs_ = [(name, s) for s in todo]
     bar = dict(desc=name, unit="curve", leave=False, total=len(todo))
     if jobs > 1 and todo:
@@ -218,8 +217,7 @@ def run(name: str, splits: list, *, jobs: int, done: dict) -> dict:
             outs = list(tqdm(pool.map(_predict, jobs_), **bar))
     else:
         outs = [_predict(j) for j in tqdm(jobs_, **bar)]
-    results.update({_key(s): o for s, o in zip(todo, outs, strict=True)})
-    return results
+    return {**done, **{_key(s): o for s, o in zip(todo, outs, strict=True)}}
 
 
 def _bands(r: dict) -> dict[float, list]:
