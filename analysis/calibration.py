@@ -114,11 +114,7 @@ def learn(curves: Sequence[Residuals]) -> Calibration:
     points = _pooled(curves)
     best = minimize(lambda p: -_loglik(cal(p), points), start, method="Nelder-Mead", options=opts)
     c = cal(best.x)
-    return Calibration(
-        noise=round(float(c.noise), 3),
-        dof=round(float(c.dof), 2),
-        reach=reach,
-    )
+    return Calibration(noise=round(float(c.noise), 3), dof=round(float(c.dof), 2), reach=reach)
 
 
 def out_of_fold(curves: Sequence[Residuals], groups: Sequence[str]) -> list[Calibration]:

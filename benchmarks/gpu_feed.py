@@ -204,13 +204,9 @@ def run_step(step: Step, out: Path, cap_s: int) -> dict:
         rc = proc.wait()
         backstop.cancel()
     seconds = round(time.monotonic() - started, 1)
-    status = (
-        "ok"
-        if rc == 0
-        else f"timed out at {cap_s} s"
-        if rc in (124, 137, -9)
-        else f"failed (exit {rc})"
-    )
+    status = "ok" if rc == 0 else f"failed (exit {rc})"
+    if rc in (124, 137, -9):
+        status = f"timed out at {cap_s} s"
     return {"step": step.key, "status": status, "seconds": seconds, "cap_s": cap_s}
 
 
@@ -263,10 +259,9 @@ def derive(out: Path) -> dict:
 
 def summary(out: Path, results: list[dict]) -> str:
     """summary.md: what ran, then the numbers against the issue's targets."""
-    lines = ["# GPU measurements (benchmarks/gpu_feed.sh)", ""]
     env = out / "env.txt"  # nvidia-smi's CSV: a header, then the GPU
     gpu = env.read_text().strip().splitlines()[-1] if env.is_file() else "unknown"
-    lines += [f"GPU: {gpu}", ""]
+    lines = ["# GPU measurements (benchmarks/gpu_feed.sh)", "", f"GPU: {gpu}", ""]
     lines += ["| step | status | seconds | cap s |", "|---|---|---:|---:|"]
     lines += [f"| {r['step']} | {r['status']} | {r['seconds']} | {r['cap_s']} |" for r in results]
     derived = _load(out / "derived.json") or {}
@@ -290,8 +285,6 @@ def summary(out: Path, results: list[dict]) -> str:
         lines += [
             "",
             f"## (c) memory: estimate against measured peak (<= {MEMORY_MARGIN:.0%} above)",
-        ]
-        lines += [
             "",
             "| model | micro | peak GiB | estimate GiB | ratio |",
             "|---|---:|---:|---:|---:|",

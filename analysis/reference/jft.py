@@ -133,8 +133,7 @@ def splits(
         ("model", models, MODELS.values()),
         ("metric", metrics, m["metric"]),
     ):
-        unknown = sorted(set(given or ()) - set(valid))
-        if unknown:
+        if unknown := sorted(set(given or ()) - set(valid)):
             raise ValueError(f"unknown {name} {unknown}; valid: {', '.join(sorted(set(valid)))}")
     out = []
     for (model, metric), curve in m.groupby(["model", "metric"], sort=True):
