@@ -29,8 +29,7 @@ def pareto_frontier(cost: Sequence[float], score: Sequence[float]) -> np.ndarray
     valid = np.flatnonzero(~(np.isnan(cost) | np.isnan(score)))
     # By cost ascending; among equal costs the best score first, then input order.
     order = valid[np.lexsort((valid, -score[valid], cost[valid]))]
-    keep = []
-    best = -np.inf
+    keep, best = [], -np.inf
     for i in order:
         if score[i] > best:
             keep.append(i)
@@ -41,8 +40,7 @@ def pareto_frontier(cost: Sequence[float], score: Sequence[float]) -> np.ndarray
 def frontier_frame(frame: pd.DataFrame, *, x: str, y: str, by: str | None = None) -> pd.DataFrame:
     """The frontier rows of ``frame`` (x = cost, y = accuracy), per group of ``by``."""
     if by is None:
-        idx = pareto_frontier(frame[x].to_numpy(float), frame[y].to_numpy(float))
-        return frame.iloc[idx]
+        return frame.iloc[pareto_frontier(frame[x].to_numpy(float), frame[y].to_numpy(float))]
     parts = [
         group.iloc[pareto_frontier(group[x].to_numpy(float), group[y].to_numpy(float))]
         for _, group in frame.groupby(by, sort=False, dropna=False)

@@ -411,23 +411,14 @@ def compare_frontiers(frontier: pd.DataFrame) -> dict[str, Any]:
     for x in xs:
         margin = _best_within(fronts["ViT"], x) - _best_within(fronts["ResNet"], x)
         leader = "ViT" if margin > 0 else "ResNet" if margin < 0 else "tie"
+        by = abs(margin)
         if segments and segments[-1]["leader"] == leader:
             s = segments[-1]
-            s["to"] = x
-            s["margin_min"] = min(s["margin_min"], abs(margin))
-            s["margin_max"] = max(s["margin_max"], abs(margin))
+            s.update(to=x, margin_min=min(s["margin_min"], by), margin_max=max(s["margin_max"], by))
             continue
         if segments and {segments[-1]["leader"], leader} == set(FAMILIES):
             crossings.append(x)
-        segments.append(
-            {
-                "leader": leader,
-                "from": x,
-                "to": x,
-                "margin_min": abs(margin),
-                "margin_max": abs(margin),
-            }
-        )
+        segments.append({"leader": leader, "from": x, "to": x, "margin_min": by, "margin_max": by})
     return {"range": [lo, hi], "segments": segments, "crossings": crossings}
 
 
