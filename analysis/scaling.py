@@ -385,17 +385,10 @@ def fit_groups(
     groups = [("all", frame)] if by is None else list(frame.groupby(by, sort=True))
     fits: dict[str, PowerLawFit] = {}
     failures: dict[str, str] = {}
+    kw = dict(metric=metric, x=x, bootstrap=bootstrap, level=level, seed=seed, progress=progress)
     for name, group in groups:
         try:
-            fits[str(name)] = fit_frontier(
-                group,
-                metric=metric,
-                x=x,
-                bootstrap=bootstrap,
-                level=level,
-                seed=seed,
-                progress=progress,
-            )
+            fits[str(name)] = fit_frontier(group, **kw)
         except ValueError as e:
             failures[str(name)] = str(e)
     return metric, fits, failures
