@@ -210,9 +210,8 @@ def train_step_rates(
     from vitscale.models import create_model
 
     dev = torch.device(device)
-    model = create_model(model_name, num_classes=1000, image_size=image_size, head="pretrain").to(
-        dev
-    )
+    model = create_model(model_name, num_classes=1000, image_size=image_size, head="pretrain")
+    model.to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 
     def step(x, y):
