@@ -1,7 +1,7 @@
 """How long ``vitscale figures`` takes on a large grid: N run folders -> every figure.
 
 Target: 10,000 run folders to all figures in under 10 s on 2 cores. Writes N
-synthetic run folders (analysis.fixtures), then times, in this process, ``load_runs``,
+synthetic run folders (tests/helpers/run_folders.py), then times, in this process, ``load_runs``,
 ``vitscale figures RUNS --out DIR`` as the CLI runs it, and the same with ``--paper
 --overlay-paper --curves``; import time is reported apart (benchmarks/RESULTS.md,
 "Analysis speed").
@@ -30,8 +30,8 @@ def main() -> int:
     args = p.parse_args()
 
     t0 = time.perf_counter()
-    from analysis import fixtures
     from analysis.figures import fig3, fig4, fig5  # noqa: F401  (import cost, measured here)
+    from tests.helpers import run_folders as fixtures
     from vitscale.cli import figures as cli
     from vitscale.record.cells import load_runs
 

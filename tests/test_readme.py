@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from analysis import fixtures
 from vitscale import record as rf
 from vitscale.cli import build_parser, main
 from vitscale.grid.spec import load_grid
+
+from .helpers import run_folders as fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
 FRONT = (ROOT / "README.md").read_text()
@@ -99,7 +100,7 @@ def sandbox(tmp_path_factory):
     cells = load_grid(ROOT / "experiments" / "demo.yaml").cells
     assert len(results) == len(cells) == 8
     assert all(rf.read_json(p)["status"] == rf.STATUS_DONE for p in results)
-    # Run folders of a compute study's shape (analysis.fixtures) for the lines about
+    # Run folders of a compute study's shape (tests/helpers/run_folders.py) for the lines about
     # full-scale grids, which cannot train here.
     fixtures.write_runs(tmp / "fixture", cells=64, steps=(40, 80, 160, 320))
     # The sharded set the README's data lines read (running the line again resumes it: a no-op).

@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from analysis import fixtures
 from vitscale.cli import figures as cli
 from vitscale.errors import UserError
+
+from ..helpers import run_folders as fixtures
 
 PAPER_FILES = [
     "paper_fig3_transfer_imagenet.pdf",

@@ -12,10 +12,11 @@ import math
 import pandas as pd
 import pytest
 
-from analysis import fixtures
 from analysis.control import FACTOR, World, crossing, is_control, summarise
 from vitscale.cli import figures as cli
 from vitscale.record import fewshot_key
+
+from ..helpers import run_folders as fixtures
 
 R, V = "BiT-R11x0.5", "ViT-Femto/8"
 FAMILY = {R: "ResNet", V: "ViT"}
@@ -173,7 +174,7 @@ def test_crossing_and_is_control():
 
 
 def _write(root, points) -> None:
-    """Run folders of the planted points, as the trainer writes them (analysis.fixtures)."""
+    """Run folders of the planted points, as the trainer writes them (tests/helpers/run_folders.py)."""
     for (world, model, n), values in points.items():
         for seed, value in enumerate(values):
             metric = fewshot_key(WORLDS[world].transfer, 5)

@@ -14,12 +14,14 @@ from matplotlib.colors import to_hex, to_rgb
 from matplotlib.container import ErrorbarContainer
 from matplotlib.markers import MarkerStyle
 
-from analysis import fixtures, paper
+from analysis import paper
 from analysis.figures import fig3, fig4, fig5, scaling_curves, training_curves
 from analysis.reference import jft
 from vitscale import record as rf
 from vitscale.catalog import model_columns
 from vitscale.record.cells import load_history, load_runs
+
+from ..helpers import run_folders as fixtures
 
 IMAGENET = rf.finetune_key("imagenet")
 SHAPES5 = rf.fewshot_key("synthetic-shapes", 5)

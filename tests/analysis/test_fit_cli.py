@@ -1,7 +1,7 @@
 """`vitscale fit`, `predict` and `backtest` for a user's own runs: predictions with extrapolate's
 interval and its calibration said, every column explained, a design that cannot support
 a fit said once with what would, a backtest without --fraction, bootstrap intervals that say nothing
-flagged. Run folders come from analysis.fixtures (nothing is trained)."""
+flagged. Run folders come from tests/helpers/run_folders.py (nothing is trained)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import json
 import numpy as np
 import pytest
 
-from analysis import fixtures
 from analysis.scaling import extrapolate
 from vitscale.cli import main
 from vitscale.record.cells import load_history, load_runs
+
+from ..helpers import run_folders as fixtures
 
 METRIC = "fewshot/synthetic-shapes/5shot"
 

@@ -21,7 +21,8 @@ SCRIPT = textwrap.dedent(
     import pandas as pd
 
     import analysis
-    from analysis import draw, fixtures, metrics, paper, scaling, tables
+    from analysis import draw, metrics, paper, scaling, tables
+    from tests.helpers import run_folders as fixtures
     from vitscale.cli import figures as cli
     from vitscale.record import cells as load
     from analysis.figures import fig3, fig4, fig5, training_curves

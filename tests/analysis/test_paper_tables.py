@@ -5,11 +5,13 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis import fixtures, paper, tables
+from analysis import paper, tables
 from vitscale import flops
 from vitscale.paper import table5, table6
 from vitscale.record import fewshot_key, finetune_key
 from vitscale.record.cells import BASE_COLUMNS, load_runs
+
+from ..helpers import run_folders as fixtures
 
 IMAGENET = finetune_key("imagenet")
 

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis import fixtures
 from vitscale import record as rf
 from vitscale.record import cells as results
+
+from ..helpers import run_folders as fixtures
 
 
 def _write(root, grid, name, **kw):

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis import fixtures
 from vitscale import record as rf
 from vitscale.record.cells import load_history, load_runs
 from vitscale.record.wandb_runs import load_wandb, load_wandb_history, load_wandb_offline
+
+from ..helpers import run_folders as fixtures
 
 SHAPES5 = rf.fewshot_key("synthetic-shapes", 5)
 

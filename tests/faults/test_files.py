@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from analysis import fixtures
 from vitscale import record as rf
 from vitscale.train import checkpoint
 
+from ..helpers import run_folders as fixtures
 from ..helpers.faults import cli, copy_cell, no_traceback
 
 
