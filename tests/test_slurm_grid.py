@@ -372,12 +372,9 @@ def _wait(what: str, predicate, *, timeout_s: float, debug) -> object:
     pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}\n{debug()}", pytrace=False)
 
 
-def _mid_training(cells: list[Path], exclude: set[Path]) -> Path | None:
-    """A cell that has trained a few steps and has many left (so a signal lands mid-way)."""
-    for cell in cells:
-        if cell not in exclude and 3 <= len(logged_steps(cell)) <= STEPS // 2:
-            return cell
-    return None
+def _mid_training(cells: list[Path], exclude: set[Path]) -> list[Path]:
+    """The cells that have trained a few steps and have many left (a signal lands mid-way)."""
+    return [c for c in cells if c not in exclude and 3 <= len(logged_steps(c)) <= STEPS // 2]
 
 
 def _finetuning(cell: Path) -> bool:
@@ -455,17 +452,24 @@ def test_grid_array_survives_requeue_and_resubmits_nothing(
 
     references: list[subprocess.Popen] = []
     try:
-        # 1. Interrupt two running cells mid-training: the time-limit signal, and a preemption.
-        signalled = _wait(
+        # 1. Interrupt two cells mid-training: the time-limit signal, and a preemption. The
+        # node runs two cells at once, in near lockstep, so the two are usually mid-way together
+        # (and signalled together); else the second is the third cell, which starts when the
+        # first leaves the node, and may pass its start-up slowly on a loaded machine.
+        mid_way = _wait(
             "a cell mid-training", lambda: _mid_training(cells, set()), timeout_s=90, debug=debug
         )
+        signalled = mid_way[0]
         _slurm("scancel", "--signal=USR1", jobs[signalled])
-        preempted = _wait(
-            "a second cell mid-training",
-            lambda: _mid_training(cells, {signalled}),
-            timeout_s=90,
-            debug=debug,
-        )
+        if len(mid_way) > 1:
+            preempted = mid_way[1]
+        else:
+            preempted = _wait(
+                "a second cell mid-training",
+                lambda: next(iter(_mid_training(cells, {signalled})), None),
+                timeout_s=240,
+                debug=debug,
+            )
         _slurm("scontrol", "requeue", jobs[preempted])
         tuning = next(c for c in cells if c not in (signalled, preempted))
         _wait("the third cell fine-tuning", lambda: _finetuning(tuning), timeout_s=240, debug=debug)
