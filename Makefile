@@ -75,7 +75,7 @@ lock:
 # Each process gets its half of the cores as torch threads: two processes of one thread per
 # core each, side by side, spin against each other in OpenMP's wait (two copies of the
 # timm-port tests side by side on 2 cores: 92 s each, 46 s with one thread each).
-HALF_THE_CORES := $(shell n=$$(nproc); echo $$(( n > 1 ? n / 2 : 1 )))
+HALF_THE_CORES := $(shell n=$$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc); echo $$(( n > 1 ? n / 2 : 1 )))
 PARALLEL_GROUP := tests/faults tests/test_slurm_grid.py tests/test_local_cluster.py tests/test_two_nodes.py \
   tests/test_models.py tests/test_branches.py
 test: $(STAMP) cluster

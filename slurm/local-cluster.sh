@@ -52,6 +52,10 @@ readonly TEMPLATES="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/local"
 readonly MUNGE_PID=/run/munge/munged.pid
 readonly WAIT_S=60
 launched=0 # set when `up` starts a daemon
+# The machine's CPUs as the node offers them. Not plain nproc: it answers OMP_NUM_THREADS
+# (make test sets it for its two pytest processes), and a node rendered with fewer CPUs
+# than the last `up` gave it is restarted under the running tests.
+cpus() { env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc; }
 
 # The two-node cluster (header). Only addresses of its own subnet and loopback are used.
 readonly TWO_CLUSTER=vitscale2
@@ -180,7 +184,7 @@ real_memory_mib() {
 # it wrote something.
 render() {
   local real cpus tmp
-  cpus=$(nproc)
+  cpus=$(cpus)
   real=$(real_memory_mib)
   tmp=$(mktemp)
   sed -e "s|@CLUSTER@|$CLUSTER|g" -e "s|@PARTITION@|$PARTITION|g" \
@@ -318,7 +322,7 @@ two() { SLURM_CONF=$TWO_CONF "$@"; }             # a SLURM command for the two-n
 
 render_two() {
   local cpus real tmp
-  cpus=$(nproc)
+  cpus=$(cpus)
   # The nodes share the machine: each offers every CPU (as the host node does) and its
   # share of the memory.
   real=$(($(real_memory_mib) / ${#TWO_NODES[@]}))
@@ -581,7 +585,7 @@ cmd_up() {
   wait_for "$WAIT_S" sacct_ready || die "sacct does not answer" "$LOGS/slurmdbd.log"
   local how="already up"
   ((launched)) && how="up in $((SECONDS - started)) s"
-  say "cluster '$CLUSTER' $how: node $(hostname -s) ($(nproc) CPUs)," \
+  say "cluster '$CLUSTER' $how: node $(hostname -s) ($(cpus) CPUs)," \
     "partition '$PARTITION'; logs in $LOGS"
   ((nodes == 1)) || two_up
 }

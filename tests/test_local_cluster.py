@@ -6,6 +6,7 @@ job that dies without writing a result is only seen as over once `sacct` reports
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -26,11 +27,15 @@ def cluster() -> None:
 
 
 def test_up_is_idempotent_and_status_reports_every_daemon(cluster: None) -> None:
+    # Asked from a process limited to one OpenMP thread (as make test's are), the node
+    # still offers every CPU of the machine, and nothing restarts.
+    cpus = len(os.sched_getaffinity(0))
     started = time.monotonic()
-    again = run(str(SCRIPT), "up")
+    again = run(str(SCRIPT), "up", env=os.environ | {"OMP_NUM_THREADS": "1"})
     assert again.returncode == 0, again.stderr
-    assert "already up" in again.stdout  # nothing restarted
+    assert "already up" in again.stdout and f"({cpus} CPUs)" in again.stdout, again.stdout
     assert time.monotonic() - started < 10
+    assert run("sinfo", "--noheader", "--format=%c").stdout.split() == [str(cpus)]
     status = run(str(SCRIPT), "status")
     assert status.returncode == 0, status.stdout + status.stderr
     for daemon in ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd"):
