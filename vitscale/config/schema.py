@@ -70,6 +70,9 @@ class ModelConfig(Section):
     name: str = "ViT-Pico/4"
     pool: Literal["token", "gap"] | None = None
     dropout: Fraction | None = _key(doc="encoder dropout; null: the recipe's (paper Table 3)")
+    stochastic_depth: Fraction = _key(
+        0.0, cell_id=UNLESS_DEFAULT, doc="the last residual block's skip rate, linear from 0"
+    )
     pre_logits: bool | None = _key(cell_id=WHEN_SET)
     pretrained: str | None = _key(cell_id=WHEN_SET)
     pretrained_dataset: str | None = _key(cell_id=WHEN_SET, doc="jft300m, imagenet21k or imagenet")

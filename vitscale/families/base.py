@@ -33,6 +33,15 @@ class Build:
     pool: str
     pre_logits: bool
     dropout: float = 0.0
+    stochastic_depth: float = 0.0  # the last residual block's rate: drop_rates
+
+
+def drop_rates(rate: float, blocks: int) -> list[float]:
+    """Each of ``blocks`` residual blocks' probability of being skipped for an example in
+    training (stochastic depth, Huang et al. 2016): 0 at the first, linear in depth to
+    ``rate`` at the last, as timm's ``drop_path_rate`` for ViT and ResNet-v2 (the AugReg
+    runs of Steiner et al. 2021 set 0.1)."""
+    return [rate * i / max(blocks - 1, 1) for i in range(blocks)]
 
 
 class Family:
@@ -66,11 +75,13 @@ class Family:
         pool: str | None = None,
         pre_logits: bool | None = None,
         dropout: float = 0.0,
+        stochastic_depth: float = 0.0,
     ) -> Build:
         """The build ``create_model`` makes of these arguments: ``None`` picks the
         family's default (its first pool; the pre-logits layer where it has one)."""
         pre_logits = pre_logits is not False and self.pre_logits_layer
-        return Build(size, num_classes, head, pool or self.pools[0], pre_logits, dropout)
+        pool = pool or self.pools[0]
+        return Build(size, num_classes, head, pool, pre_logits, dropout, stochastic_depth)
 
     def head_problems(self, *, pool: str | None, pre_logits: bool | None) -> list[str]:
         """Head settings the architecture has no part for, each as ``"key: why"``."""

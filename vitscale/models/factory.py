@@ -29,14 +29,15 @@ def create_model(
     head: str = "pretrain",
     pool: str | None = None,
     dropout: float = 0.0,
+    stochastic_depth: float = 0.0,
     pre_logits: bool | None = None,
     pretrained: str | os.PathLike | Mapping[str, torch.Tensor] | None = None,
 ) -> nn.Module:
     """Build the model a registry name describes (see :mod:`vitscale.catalog`).
 
-    ``pool``, ``dropout``, ``pre_logits`` and ``pretrained`` mean what the ``model.*``
-    config keys of those names do (docs/config.md); a ``pool`` or ``pre_logits`` of ``None``
-    picks the family's paper default. A ``pretrained`` checkpoint (or state dict) must
+    ``pool``, ``dropout``, ``stochastic_depth``, ``pre_logits`` and ``pretrained`` mean what
+    the ``model.*`` config keys of those names do (docs/config.md); a ``pool`` or
+    ``pre_logits`` of ``None`` picks the family's paper default. A ``pretrained`` checkpoint (or state dict) must
     match every trunk weight; the pre-logits layer follows the checkpoint; its classifier
     is kept when it has ``num_classes`` outputs over the same features, else a fresh one is
     initialised as the paper's (timm's convention for a new label set).
@@ -50,11 +51,13 @@ def create_model(
             head=head,
             pool=pool,
             dropout=dropout,
+            stochastic_depth=stochastic_depth,
         )
     spec = parse(name)
     check_resolution(spec, image_size)
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    for key, rate in (("dropout", dropout), ("stochastic_depth", stochastic_depth)):
+        if not 0.0 <= rate < 1.0:
+            raise ValueError(f"{key} must be in [0, 1), got {rate}")
     if problems := head_problems(spec, pool=pool, pre_logits=pre_logits):
         raise ValueError(f"{spec.name}: {problems[0]}")
     at = spec.at(
@@ -64,6 +67,7 @@ def create_model(
         pool=pool,
         pre_logits=pre_logits,
         dropout=dropout,
+        stochastic_depth=stochastic_depth,
     )
     module, builder = spec.builder.split(":")
     return getattr(importlib.import_module(module), builder)(spec, at)
@@ -83,6 +87,7 @@ def _build(
     pool: str | None,
     dropout: float,
     keep_classifier: bool,
+    stochastic_depth: float = 0.0,
 ) -> nn.Module:
     with torch.device("meta"):
         model = create_model(
@@ -92,6 +97,7 @@ def _build(
             head=head,
             pool=pool_for(ckpt, pool),
             dropout=dropout,
+            stochastic_depth=stochastic_depth,
             pre_logits=head == "pretrain" and ckpt.has_pre_logits,
         )
     return load_into(model, ckpt, keep_classifier=keep_classifier)
@@ -106,6 +112,7 @@ def build_pretrained(
     head: str = "pretrain",
     pool: str | None = None,
     dropout: float = 0.0,
+    stochastic_depth: float = 0.0,
 ) -> nn.Module:
     """``create_model(name, ..., pretrained=source)`` (see there); the pre-logits layer, if
     any, is kept by a pre-training head and dropped by a fine-tuning head (paper Sec. 3.2)."""
@@ -122,6 +129,7 @@ def build_pretrained(
         pool=pool,
         dropout=dropout,
         keep_classifier=keep,
+        stochastic_depth=stochastic_depth,
     )
 
 

@@ -14,27 +14,39 @@ from __future__ import annotations
 import torch
 from einops import rearrange
 from torch import nn
+from torchvision.ops import StochasticDepth
 
-from ..families.base import Build
+from ..families.base import Build, drop_rates
 from ..families.mixer import MixerSpec
 from .heads import Head
 from .vit import LN_EPS, MLP, lecun_normal_
 
 
 class MixerBlock(nn.Module):
+    """Token mixing, then channel mixing; each residual branch skipped per example with
+    probability ``drop_rate`` in training (stochastic depth, as in the ViT's block)."""
+
     def __init__(
-        self, *, tokens: int, width: int, token_mlp: int, channel_mlp: int, dropout: float
+        self,
+        *,
+        tokens: int,
+        width: int,
+        token_mlp: int,
+        channel_mlp: int,
+        dropout: float,
+        drop_rate: float = 0.0,
     ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(width, eps=LN_EPS)
         self.mlp_tokens = MLP(dim=tokens, hidden=token_mlp, dropout=dropout)
         self.norm2 = nn.LayerNorm(width, eps=LN_EPS)
         self.mlp_channels = MLP(dim=width, hidden=channel_mlp, dropout=dropout)
+        self.skip = StochasticDepth(drop_rate, mode="row")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mixed = self.mlp_tokens(rearrange(self.norm1(x), "b s c -> b c s"))
-        x = x + rearrange(mixed, "b c s -> b s c")
-        return x + self.mlp_channels(self.norm2(x))
+        x = x + self.skip(rearrange(mixed, "b c s -> b s c"))
+        return x + self.skip(self.mlp_channels(self.norm2(x)))
 
 
 class MlpMixer(nn.Module):
@@ -49,6 +61,7 @@ class MlpMixer(nn.Module):
         num_classes: int,
         head: str = "pretrain",
         dropout: float = 0.0,
+        stochastic_depth: float = 0.0,
     ) -> None:
         super().__init__()
         if image_size % spec.patch:
@@ -64,8 +77,9 @@ class MlpMixer(nn.Module):
                     token_mlp=spec.token_mlp,
                     channel_mlp=spec.channel_mlp,
                     dropout=dropout,
+                    drop_rate=r,
                 )
-                for _ in range(spec.depth)
+                for r in drop_rates(stochastic_depth, spec.depth)
             )
         )
         self.norm = nn.LayerNorm(width, eps=LN_EPS)
@@ -91,5 +105,10 @@ class MlpMixer(nn.Module):
 def build(spec: MixerSpec, at: Build) -> MlpMixer:
     """The registry's builder (:mod:`vitscale.families.mixer`)."""
     return MlpMixer(
-        spec=spec, image_size=at.size, num_classes=at.num_classes, head=at.head, dropout=at.dropout
+        spec=spec,
+        image_size=at.size,
+        num_classes=at.num_classes,
+        head=at.head,
+        dropout=at.dropout,
+        stochastic_depth=at.stochastic_depth,
     )

@@ -35,8 +35,9 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
+from torchvision.ops import StochasticDepth
 
-from ..families.base import GN_GROUPS, Build, same_padding
+from ..families.base import GN_GROUPS, Build, drop_rates, same_padding
 from ..families.resnet import ResNetSpec
 from .heads import Head
 
@@ -123,9 +124,10 @@ def _gn(channels: int, eps: float) -> nn.GroupNorm:
 
 class PreActBottleneck(nn.Module):
     """BiT unit: GN-ReLU-conv1x1, GN-ReLU-conv3x3 (stride), GN-ReLU-conv1x1; projection
-    shortcut from the pre-activation when the shape changes."""
+    shortcut from the pre-activation when the shape changes. In training the residual
+    branch is skipped for an example with probability ``drop_rate`` (stochastic depth)."""
 
-    def __init__(self, *, cin: int, mid: int, cout: int, stride: int) -> None:
+    def __init__(self, *, cin: int, mid: int, cout: int, stride: int, drop_rate: float) -> None:
         super().__init__()
         self.norm1, self.conv1 = _gn(cin, BIT_GN_EPS), StdConv2d(cin, mid, 1)
         self.norm2 = _gn(mid, BIT_GN_EPS)
@@ -134,6 +136,7 @@ class PreActBottleneck(nn.Module):
         self.downsample = (
             StdConv2d(cin, cout, 1, stride=stride) if stride != 1 or cin != cout else None
         )
+        self.skip = StochasticDepth(drop_rate, mode="row")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         pre = F.relu(self.norm1(x))
@@ -141,14 +144,14 @@ class PreActBottleneck(nn.Module):
         y = self.conv1(pre)
         y = self.conv2(F.relu(self.norm2(y)))
         y = self.conv3(F.relu(self.norm3(y)))
-        return y + shortcut
+        return self.skip(y) + shortcut
 
 
 class Bottleneck(nn.Module):
     """Post-activation unit of the official hybrid trunk: conv-GN-ReLU x2, conv-GN, add,
     ReLU. The last GN's scale starts at zero so every unit starts as the identity."""
 
-    def __init__(self, *, cin: int, mid: int, cout: int, stride: int) -> None:
+    def __init__(self, *, cin: int, mid: int, cout: int, stride: int, drop_rate: float) -> None:
         super().__init__()
         self.conv1, self.norm1 = SameStdConv2d(cin, mid, 1), _gn(mid, HYBRID_GN_EPS)
         self.conv2 = SameStdConv2d(mid, mid, 3, stride=stride)
@@ -160,21 +163,24 @@ class Bottleneck(nn.Module):
             self.proj = nn.Sequential(
                 SameStdConv2d(cin, cout, 1, stride=stride), _gn(cout, HYBRID_GN_EPS)
             )
+        self.skip = StochasticDepth(drop_rate, mode="row")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shortcut = x if self.proj is None else self.proj(x)
         y = F.relu(self.norm1(self.conv1(x)))
         y = F.relu(self.norm2(self.conv2(y)))
-        return F.relu(self.norm3(self.conv3(y)) + shortcut)
+        return F.relu(self.skip(self.norm3(self.conv3(y))) + shortcut)
 
 
-def _stages(spec: ResNetSpec) -> nn.Sequential:
+def _stages(spec: ResNetSpec, stochastic_depth: float = 0.0) -> nn.Sequential:
     unit = PreActBottleneck if spec.preact else Bottleneck
     stages, cin = [], spec.stem_channels
+    rates = iter(drop_rates(stochastic_depth, sum(spec.layers)))
     for units, (mid, cout, stride) in zip(spec.layers, spec.stage_channels(), strict=True):
         blocks = []
         for i in range(units):
-            blocks.append(unit(cin=cin, mid=mid, cout=cout, stride=stride if i == 0 else 1))
+            stride_i = stride if i == 0 else 1
+            blocks.append(unit(cin=cin, mid=mid, cout=cout, stride=stride_i, drop_rate=next(rates)))
             cin = cout
         stages.append(nn.Sequential(*blocks))
     return nn.Sequential(*stages)
@@ -208,7 +214,14 @@ class ResNetV2(nn.Module):
     """BiT ResNet-v2: stem (7x7/2 conv, zero pad, 3x3/2 max-pool), pre-activation stages,
     final GN-ReLU, global average pooling, head. Its pre-logits are the pooled features."""
 
-    def __init__(self, *, spec: ResNetSpec, num_classes: int, head: str = "pretrain") -> None:
+    def __init__(
+        self,
+        *,
+        spec: ResNetSpec,
+        num_classes: int,
+        head: str = "pretrain",
+        stochastic_depth: float = 0.0,
+    ) -> None:
         super().__init__()
         # big_transfer pads the stem conv's output with zeros, then pools without padding
         # (its bit_pytorch notes that MaxPool2d(padding=1), i.e. -inf, "is subtly not the
@@ -218,7 +231,7 @@ class ResNetV2(nn.Module):
             nn.ConstantPad2d(1, 0.0),
             nn.MaxPool2d(3, stride=2),
         )
-        self.stages = _stages(spec)
+        self.stages = _stages(spec, stochastic_depth)
         self.norm = _gn(spec.out_channels, BIT_GN_EPS)
         self.head = Head(
             width=spec.out_channels, num_classes=num_classes, kind=head, pre_logits_layer=False
@@ -239,4 +252,6 @@ class ResNetV2(nn.Module):
 def build(spec: ResNetSpec, at: Build) -> ResNetV2:
     """The registry's builder (:mod:`vitscale.families.resnet`): BiT has one pool and no
     pre-logits layer, and the paper trains it without dropout."""
-    return ResNetV2(spec=spec, num_classes=at.num_classes, head=at.head)
+    return ResNetV2(
+        spec=spec, num_classes=at.num_classes, head=at.head, stochastic_depth=at.stochastic_depth
+    )

@@ -25,8 +25,9 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange, repeat
 from torch import nn
+from torchvision.ops import StochasticDepth
 
-from ..families.base import Build
+from ..families.base import Build, drop_rates
 from ..families.hybrid import HybridSpec
 from ..families.vit import ViTSpec
 from .heads import Head
@@ -97,18 +98,22 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LN encoder block (Eq. 2-3)."""
+    """Pre-LN encoder block (Eq. 2-3); in training each residual branch is skipped for an
+    example with probability ``drop_rate`` (stochastic depth, torchvision's; off in the paper)."""
 
-    def __init__(self, *, dim: int, heads: int, mlp_dim: int, dropout: float) -> None:
+    def __init__(
+        self, *, dim: int, heads: int, mlp_dim: int, dropout: float, drop_rate: float = 0.0
+    ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=LN_EPS)
         self.attn = Attention(dim=dim, heads=heads, dropout=dropout)
         self.norm2 = nn.LayerNorm(dim, eps=LN_EPS)
         self.mlp = MLP(dim=dim, hidden=mlp_dim, dropout=dropout)
+        self.skip = StochasticDepth(drop_rate, mode="row")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+        x = x + self.skip(self.attn(self.norm1(x)))
+        return x + self.skip(self.mlp(self.norm2(x)))
 
 
 def resize_pos_embed(
@@ -159,6 +164,7 @@ class VisionTransformer(nn.Module):
         head: str = "pretrain",
         pool: str = "token",
         dropout: float = 0.0,
+        stochastic_depth: float = 0.0,
         pre_logits: bool = True,
         stem: nn.Module | None = None,
         stem_channels: int = 3,
@@ -187,7 +193,10 @@ class VisionTransformer(nn.Module):
         self.pos_embed = nn.Parameter(torch.zeros(1, self.num_prefix_tokens + self.grid**2, width))
         self.pos_drop = nn.Dropout(dropout)
         self.blocks = nn.Sequential(
-            *(Block(dim=width, heads=heads, mlp_dim=mlp_dim, dropout=dropout) for _ in range(depth))
+            *(
+                Block(dim=width, heads=heads, mlp_dim=mlp_dim, dropout=dropout, drop_rate=r)
+                for r in drop_rates(stochastic_depth, depth)
+            )
         )
         self.norm = nn.LayerNorm(width, eps=LN_EPS)
         self.head = Head(
@@ -246,6 +255,7 @@ def build(spec: ViTSpec, at: Build, **stem) -> VisionTransformer:
         head=at.head,
         pool=at.pool,
         dropout=at.dropout,
+        stochastic_depth=at.stochastic_depth,
         representation=at.pre_logits,
         **stem,
     )

@@ -543,6 +543,7 @@ def _model(cfg: Config, accelerator, num_classes: int, total_steps: int) -> dict
             head="pretrain",
             pool=cfg.model.pool,
             dropout=cfg.model.dropout,
+            stochastic_depth=cfg.model.stochastic_depth,
             pre_logits=cfg.model.pre_logits,
             pretrained=cfg.model.pretrained,
         )
