@@ -37,10 +37,11 @@ def create_model(
 
     ``pool``, ``dropout``, ``stochastic_depth``, ``pre_logits`` and ``pretrained`` mean what
     the ``model.*`` config keys of those names do (docs/config.md); a ``pool`` or
-    ``pre_logits`` of ``None`` picks the family's paper default. A ``pretrained`` checkpoint (or state dict) must
-    match every trunk weight; the pre-logits layer follows the checkpoint; its classifier
-    is kept when it has ``num_classes`` outputs over the same features, else a fresh one is
-    initialised as the paper's (timm's convention for a new label set).
+    ``pre_logits`` of ``None`` picks the family's paper default. A ``pretrained`` checkpoint
+    (or state dict) must match every trunk weight; the pre-logits layer follows the
+    checkpoint; its classifier is kept when it has ``num_classes`` outputs over the same
+    features, else a fresh one is initialised as the paper's (timm's convention for a new
+    label set).
     """
     if pretrained is not None:
         return build_pretrained(
